@@ -1,0 +1,133 @@
+"""The AdmissionReview v1 wire format: decode a request, encode a response.
+
+Decoding is strict about what identifies the call (apiVersion, kind, request.uid, operation,
+resource) and lenient about the rest, since the API server adds fields over releases. Every problem
+is a MalformedReview naming the field path; a server answers it with HTTP 400, the CLI with exit 2.
+The response must echo the request's uid and use the same apiVersion (k8s-semantics.md §1.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, NotRequired, TypedDict
+
+from .api import GroupResource
+from .decision import AdmissionRequest, Decision
+from .errors import MalformedReview
+
+API_VERSION = "admission.k8s.io/v1"
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class StatusDict(TypedDict, total=False):
+    code: int
+    reason: str
+    message: str
+    status: Literal["Failure", "Success"]
+
+
+class ResponseDict(TypedDict):
+    uid: str
+    allowed: bool
+    status: NotRequired[StatusDict]
+    warnings: NotRequired[list[str]]
+    auditAnnotations: NotRequired[dict[str, str]]
+
+
+class ReviewResponseDict(TypedDict):
+    apiVersion: str
+    kind: Literal["AdmissionReview"]
+    response: ResponseDict
+
+
+def parse_review(review: Any) -> AdmissionRequest:
+    """An AdmissionReview (decoded JSON) -> AdmissionRequest; raises MalformedReview."""
+    if not isinstance(review, Mapping):
+        raise MalformedReview("", "an AdmissionReview must be a JSON object")
+    if review.get("apiVersion") != API_VERSION:
+        raise MalformedReview("apiVersion", f"expected {API_VERSION}, got {review.get('apiVersion')!r}")
+    if review.get("kind") != "AdmissionReview":
+        raise MalformedReview("kind", f"expected AdmissionReview, got {review.get('kind')!r}")
+    request = review.get("request")
+    if not isinstance(request, Mapping):
+        raise MalformedReview("request", "required")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise MalformedReview("request.uid", "required")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        raise MalformedReview("request.operation", f"must be one of {', '.join(OPERATIONS)}")
+    resource = request.get("resource")
+    if not isinstance(resource, Mapping):
+        raise MalformedReview("request.resource", "required")
+    group, plural = resource.get("group", ""), resource.get("resource")
+    if not isinstance(group, str):
+        raise MalformedReview("request.resource.group", "must be a string")
+    if not isinstance(plural, str) or not plural:
+        raise MalformedReview("request.resource.resource", "required")
+    name = _str(request, "name")
+    namespace = _str(request, "namespace")
+    sub_resource = _str(request, "subResource")
+    obj = _object(request, "object")
+    old = _object(request, "oldObject")
+    kind = request.get("kind")
+    dry_run = request.get("dryRun", False)
+    if not isinstance(dry_run, bool):
+        raise MalformedReview("request.dryRun", "must be a boolean")
+    user = request.get("userInfo")
+    username = user.get("username", "") if isinstance(user, Mapping) else ""
+    return AdmissionRequest(
+        uid=uid,
+        group_resource=GroupResource(group, plural),
+        operation=operation,
+        name=name,
+        namespace=namespace,
+        object=obj,
+        old_object=old,
+        sub_resource=sub_resource,
+        kind=str(kind.get("kind", "")) if isinstance(kind, Mapping) else "",
+        dry_run=dry_run,
+        username=str(username) if isinstance(username, str) else "",
+    )
+
+
+def _str(request: Mapping[str, Any], key: str) -> str:
+    value = request.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise MalformedReview(f"request.{key}", "must be a string")
+    return value
+
+
+def _object(request: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    value = request.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise MalformedReview(f"request.{key}", "must be an object or null")
+    metadata = value.get("metadata")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise MalformedReview(f"request.{key}.metadata", "must be an object")
+    return value
+
+
+def render_response(uid: str, decision: Decision) -> ReviewResponseDict:
+    """The AdmissionReview reply for `decision`."""
+    response: ResponseDict = {"uid": uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        response["status"] = {
+            "code": decision.code,
+            "reason": decision.reason,
+            "message": decision.message,
+            "status": "Failure",
+        }
+    if decision.warnings:
+        response["warnings"] = list(decision.warnings)
+    audit = {"rule": decision.rule.value}
+    if decision.break_glass:
+        audit["break-glass"] = decision.break_glass
+    if decision.blocking:
+        audit["blocking"] = ",".join(decision.blocking)
+    response["auditAnnotations"] = audit
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}

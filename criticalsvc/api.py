@@ -1,0 +1,265 @@
+"""The CriticalService API (criticalsvc.io/v1alpha1) as frozen value types, and its parser.
+
+The parser is the single place where the CR's JSON becomes typed values. Every rule the CRD's
+OpenAPI schema states is checked here again, because the webhook also sees objects that bypassed
+the schema (a snapshot file, an older CRD version, `kubectl --validate=false` against a stand-in).
+Errors carry the path of the offending field: `spec.criteria[1].finalizer.finalizerName: required`.
+
+Resource names are kept as written. A `resource` may be a plural resource (`customresourcedefinitions`)
+or a Kind (`CustomResourceDefinition`, as in the design's own example); the REST mapper resolves it
+when the criteria are evaluated, because the CRD that serves it may be created after the
+CriticalService (freedom of creation order is the point of the design).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .errors import InvalidSpec
+from .labels import LabelSelector, parse_label_selector
+
+GROUP = "criticalsvc.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "CriticalService"
+PLURAL = "criticalservices"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# Annotations and labels the gate reads from the object being deleted.
+BREAK_GLASS_ANNOTATION = f"{GROUP}/break-glass"
+DELETION_PROTECTED_LABEL = f"{GROUP}/deletion-protected"
+DELETION_PROTECTED_ALWAYS = "Always"
+
+# DNS-1123 subdomain (object names) and label (namespaces), as apimachinery validates them.
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A resource is a lowercase plural or a Kind; both are DNS-label-ish words without dots.
+_RESOURCE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
+# metav1 finalizer names are qualified names: optional DNS prefix, '/', name.
+_FINALIZER = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+@attrs.frozen(order=True)
+class GroupResource:
+    """A resource within an API group; the core group is ""."""
+
+    group: str
+    resource: str
+
+    def __str__(self) -> str:
+        # kubectl's spelling: `deployments.apps`, `pods` for the core group.
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+
+NAMESPACES = GroupResource("", "namespaces")
+CRDS = GroupResource("apiextensions.k8s.io", "customresourcedefinitions")
+CRITICAL_SERVICES = GroupResource(GROUP, PLURAL)
+
+
+@attrs.frozen(order=True)
+class ObjectRef:
+    """One object: its group/resource, namespace ("" when cluster-scoped) and name."""
+
+    group_resource: GroupResource
+    namespace: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    def __str__(self) -> str:
+        return f"{self.group_resource} {self.key}"
+
+
+class Enforcement(enum.StrEnum):
+    ENFORCE = "Enforce"
+    WARN = "Warn"
+
+
+@attrs.frozen
+class FinalizerCriterion:
+    """Met when no object of `group_resource` still carries `finalizer_name`."""
+
+    group_resource: GroupResource
+    finalizer_name: str
+
+    def __str__(self) -> str:
+        return f"no {self.group_resource} carries finalizer {self.finalizer_name}"
+
+
+@attrs.frozen
+class SpecificResourceCriterion:
+    """Met when the object `target` no longer exists (a terminating object still exists)."""
+
+    target: ObjectRef
+
+    def __str__(self) -> str:
+        return f"{self.target} is gone"
+
+
+@attrs.frozen
+class ResourcesCriterion:
+    """Met when no object of `group_resource` (in `namespace`, matching `selector`) exists."""
+
+    group_resource: GroupResource
+    namespace: str | None
+    selector: LabelSelector
+
+    def __str__(self) -> str:
+        where = f" in namespace {self.namespace}" if self.namespace else ""
+        sel = f" matching {self.selector}" if not self.selector.is_empty else ""
+        return f"no {self.group_resource}{where}{sel} exists"
+
+
+Criterion = FinalizerCriterion | SpecificResourceCriterion | ResourcesCriterion
+
+_CRITERION_MEMBERS = {"Finalizer": "finalizer", "SpecificResource": "specificResource", "Resources": "resources"}
+
+
+@attrs.frozen
+class CriticalService:
+    """A parsed CriticalService: what it protects, and when that may go away."""
+
+    name: str
+    provider: ObjectRef
+    criteria: tuple[Criterion, ...]
+    enforcement: Enforcement = Enforcement.ENFORCE
+    uid: str = ""
+    labels: Mapping[str, str] = attrs.field(factory=dict, eq=False, hash=False)
+    deletion_timestamp: str | None = None
+    provider_uid: str | None = None
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(CRITICAL_SERVICES, "", self.name)
+
+
+def parse_critical_service(obj: Any) -> CriticalService:
+    """A CriticalService object (the whole CR as JSON) -> CriticalService; raises InvalidSpec."""
+    if not isinstance(obj, Mapping):
+        raise InvalidSpec("", "a CriticalService must be a JSON object")
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        raise InvalidSpec("metadata", "required")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidSpec("metadata.name", "required")
+    if metadata.get("namespace"):
+        raise InvalidSpec("metadata.namespace", "CriticalService is cluster-scoped; remove the namespace")
+    spec = parse_spec(obj.get("spec"))
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+    provider_uid = status.get("providerUID")
+    return attrs.evolve(
+        spec,
+        name=name,
+        uid=str(metadata.get("uid") or ""),
+        labels=dict(labels),
+        deletion_timestamp=metadata.get("deletionTimestamp") or None,
+        provider_uid=provider_uid if isinstance(provider_uid, str) else None,
+    )
+
+
+def parse_spec(spec: Any) -> CriticalService:
+    """Parse `.spec`; the result has an empty name (the caller fills in metadata)."""
+    if not isinstance(spec, Mapping):
+        raise InvalidSpec("spec", "required")
+    _no_unknown(spec, {"provider", "criteria", "enforcement"}, "spec")
+    provider = _parse_object_ref(spec.get("provider"), "spec.provider", name_required=True)
+    raw_enforcement = spec.get("enforcement", Enforcement.ENFORCE.value)
+    try:
+        enforcement = Enforcement(raw_enforcement)
+    except ValueError:
+        raise InvalidSpec("spec.enforcement", "must be Enforce or Warn") from None
+    raw_criteria = spec.get("criteria")
+    if not isinstance(raw_criteria, list) or not raw_criteria:
+        raise InvalidSpec("spec.criteria", "required: a non-empty list")
+    criteria = tuple(_parse_criterion(c, f"spec.criteria[{i}]") for i, c in enumerate(raw_criteria))
+    return CriticalService(name="", provider=provider, criteria=criteria, enforcement=enforcement)
+
+
+def _parse_criterion(raw: Any, path: str) -> Criterion:
+    if not isinstance(raw, Mapping):
+        raise InvalidSpec(path, "must be an object")
+    kind = raw.get("type")
+    if kind not in _CRITERION_MEMBERS:
+        raise InvalidSpec(f"{path}.type", "must be one of Finalizer, SpecificResource, Resources")
+    member = _CRITERION_MEMBERS[kind]
+    _no_unknown(raw, {"type", *_CRITERION_MEMBERS.values()}, path)
+    # Exactly the member named by `type` is set: a discriminated union, as in Kubernetes APIs.
+    for other in _CRITERION_MEMBERS.values():
+        if other != member and raw.get(other) is not None:
+            raise InvalidSpec(f"{path}.{other}", f"must not be set when type is {kind}")
+    body = raw.get(member)
+    here = f"{path}.{member}"
+    if not isinstance(body, Mapping):
+        raise InvalidSpec(here, f"required when type is {kind}")
+    if kind == "Finalizer":
+        _no_unknown(body, {"group", "resource", "finalizerName"}, here)
+        finalizer = _required_str(body, "finalizerName", here)
+        if not _FINALIZER.match(finalizer) or len(finalizer) > 316:
+            raise InvalidSpec(f"{here}.finalizerName", f"{finalizer!r} is not a valid finalizer name")
+        return FinalizerCriterion(_parse_group_resource(body, here), finalizer)
+    if kind == "SpecificResource":
+        return SpecificResourceCriterion(_parse_object_ref(body, here, name_required=True))
+    _no_unknown(body, {"group", "resource", "namespace", "selector"}, here)
+    namespace = _optional_namespace(body, here)
+    selector = parse_label_selector(body.get("selector"), f"{here}.selector")
+    return ResourcesCriterion(_parse_group_resource(body, here), namespace, selector)
+
+
+def _parse_object_ref(raw: Any, path: str, *, name_required: bool) -> ObjectRef:
+    if not isinstance(raw, Mapping):
+        raise InvalidSpec(path, "required")
+    _no_unknown(raw, {"group", "resource", "namespace", "name"}, path)
+    gr = _parse_group_resource(raw, path)
+    name = _required_str(raw, "name", path) if name_required else str(raw.get("name") or "")
+    # Most kinds name objects with DNS-1123 subdomains, but some allow more (e.g. RBAC kinds allow ':'),
+    # so only what no kind accepts is rejected.
+    if len(name) > 253 or "/" in name:
+        raise InvalidSpec(f"{path}.name", f"{name!r} is not a valid object name")
+    return ObjectRef(gr, _optional_namespace(raw, path) or "", name)
+
+
+def _parse_group_resource(raw: Mapping[str, Any], path: str) -> GroupResource:
+    group = raw.get("group", "")
+    if group is None:
+        group = ""
+    if not isinstance(group, str):
+        raise InvalidSpec(f"{path}.group", "must be a string (\"\" for the core group)")
+    if group and not _DNS1123_SUBDOMAIN.match(group):
+        raise InvalidSpec(f"{path}.group", f"{group!r} is not a valid API group")
+    resource = _required_str(raw, "resource", path)
+    if not _RESOURCE.match(resource):
+        raise InvalidSpec(f"{path}.resource", f"{resource!r} is not a resource name or Kind")
+    return GroupResource(group, resource)
+
+
+def _optional_namespace(raw: Mapping[str, Any], path: str) -> str | None:
+    namespace = raw.get("namespace")
+    if namespace in (None, ""):
+        return None
+    if not isinstance(namespace, str) or not _DNS1123_LABEL.match(namespace) or len(namespace) > 63:
+        raise InvalidSpec(f"{path}.namespace", f"{namespace!r} is not a valid namespace name")
+    return namespace
+
+
+def _required_str(raw: Mapping[str, Any], key: str, path: str) -> str:
+    value = raw.get(key)
+    if value is None or value == "":
+        raise InvalidSpec(f"{path}.{key}", "required")
+    if not isinstance(value, str):
+        raise InvalidSpec(f"{path}.{key}", "must be a string")
+    return value
+
+
+def _no_unknown(raw: Mapping[str, Any], known: set[str], path: str) -> None:
+    unknown = sorted(str(k) for k in raw if k not in known)
+    if unknown:
+        raise InvalidSpec(f"{path}.{unknown[0]}", "unknown field")

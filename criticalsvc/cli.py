@@ -1,0 +1,60 @@
+"""The `criticalsvc` command line.
+
+Each command lives in `criticalsvc.commands.<name>` and exposes `register(subparsers)` and
+`run(args) -> int`. Exit codes are shared: 0 success (for `review`: a response was printed, allowed
+or not), 1 the domain answer is "no" (a cycle, a stuck teardown, a denied delete), 2 bad input —
+always with one line on stderr saying what is wrong and where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import CriticalsvcError, InvalidInput
+
+COMMANDS = ("review", "plan", "simulate", "serve", "certs", "manifests", "explain", "graph")
+
+EXIT_OK, EXIT_NO, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own exit code is also 2; keep its one line
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="criticalsvc", description="A Kubernetes deletion gate for critical services.")
+    parser.add_argument("--version", action="version", version=f"criticalsvc {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f".commands.{name}", __package__)
+        except ModuleNotFoundError as exc:
+            if exc.name == f"{__package__}.commands.{name}":
+                continue  # not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+        return code
+    except InvalidInput as exc:
+        print(f"criticalsvc {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except CriticalsvcError as exc:
+        print(f"criticalsvc {args.command}: {exc}", file=sys.stderr)
+        return EXIT_NO
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `criticalsvc` command; see criticalsvc.cli."""

@@ -1,0 +1,336 @@
+"""The admission rules: one pure function from a request and a cluster state to a decision.
+
+    DELETE of a provider          every CriticalService whose provider it is must have all criteria met
+    DELETE of a namespace         no CriticalService whose (existing) provider lives there may have unmet
+                                  criteria: deleting the namespace would take the provider down
+    DELETE of a CriticalService   not while its provider exists (terminating or not), nor while the
+                                  provider's namespace is terminating: the protection outlives what it
+                                  protects, so it is the last of its group to go
+    DELETE of the CriticalService CRD   not while any CriticalService exists: CRD cleanup deletes
+                                  the CRs without admission and the gate would silently lose all protection
+    label deletion-protected=Always     deny, always (remove the label to delete)
+    annotation break-glass=<reason>     allow what would be denied, with a warning; logged by the caller
+    spec.enforcement: Warn              that CriticalService's denials become warnings
+    CREATE/UPDATE of a CriticalService  reject an invalid spec or one that closes a dependency cycle;
+                                  warn when criteria objects live in the provider's own namespace
+
+Wire facts honoured (k8s-semantics.md §1, §4): `object` is null on DELETE, so everything is read from
+`oldObject`; `name` is "" for items of a deletecollection, so it comes from `oldObject.metadata.name`;
+a repeated DELETE of an object that already carries deletionTimestamp already passed the gate and is
+allowed; a dry-run request gets exactly the same evaluation (this function has no side effects).
+Denials carry code 403/Forbidden explicitly because the API server turns anything below 400 into 400.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from . import criteria
+from .api import (
+    BREAK_GLASS_ANNOTATION,
+    CRD_NAME,
+    CRDS,
+    CRITICAL_SERVICES,
+    DELETION_PROTECTED_ALWAYS,
+    DELETION_PROTECTED_LABEL,
+    NAMESPACES,
+    CriticalService,
+    Enforcement,
+    GroupResource,
+    ObjectRef,
+    parse_critical_service,
+)
+from .errors import DependencyCycle, InvalidSpec, StateUnavailable
+from .state import ClusterState
+
+# Messages end up on a terminal after the API server's prefix; Kubernetes has no hard limit, but a
+# wall of text helps nobody, so the message is capped and says how much it left out.
+MESSAGE_LIMIT = 1000
+# The API server may truncate warnings longer than 256 characters (admission/v1 types.go).
+WARNING_LIMIT = 256
+
+
+class Rule(enum.StrEnum):
+    """Which rule decided; a label value in metrics and a field in logs."""
+
+    NOT_GATED = "not-gated"
+    UNPROTECTED = "unprotected"
+    CRITERIA_MET = "criteria-met"
+    ALREADY_TERMINATING = "already-terminating"
+    BLOCKED = "blocked"
+    WARN_ONLY = "warn-only"
+    BREAK_GLASS = "break-glass"
+    DELETION_PROTECTED = "deletion-protected"
+    UNIDENTIFIED = "unidentified"
+    UNVERIFIABLE = "unverifiable"
+    VALID_SPEC = "valid-spec"
+    INVALID_SPEC = "invalid-spec"
+    CYCLE = "cycle"
+
+
+@attrs.frozen
+class AdmissionRequest:
+    """The parts of an AdmissionReview request the rules read (see admission.py for the wire)."""
+
+    uid: str
+    group_resource: GroupResource
+    operation: str
+    name: str
+    namespace: str
+    object: Mapping[str, Any] | None = None
+    old_object: Mapping[str, Any] | None = None
+    sub_resource: str = ""
+    kind: str = ""
+    dry_run: bool = False
+    username: str = ""
+
+    @property
+    def ref(self) -> ObjectRef:
+        # For a Namespace the request's `namespace` is its own name; the object is cluster-scoped.
+        namespace = "" if self.group_resource == NAMESPACES else self.namespace
+        return ObjectRef(self.group_resource, namespace, self.name)
+
+
+@attrs.frozen
+class Block:
+    """One reason the deletion may not happen now."""
+
+    text: str
+    service: str | None = None
+    enforcement: Enforcement = Enforcement.ENFORCE
+
+
+@attrs.frozen
+class Decision:
+    allowed: bool
+    rule: Rule
+    message: str = ""
+    code: int = 200
+    reason: str = ""
+    warnings: tuple[str, ...] = ()
+    # True when a CriticalService had a say: an ALLOW then must be confirmed with a fresh read.
+    protected: bool = False
+    # CriticalServices whose criteria block the deletion (for Events and status).
+    blocking: tuple[str, ...] = ()
+    break_glass: str | None = None
+
+
+def allow(rule: Rule, *, warnings: Sequence[str] = (), protected: bool = False, **kw: Any) -> Decision:
+    return Decision(True, rule, warnings=tuple(_warning(w) for w in warnings), protected=protected, **kw)
+
+
+def deny(rule: Rule, message: str, *, code: int = 403, reason: str = "Forbidden", **kw: Any) -> Decision:
+    return Decision(False, rule, _cap(message), code, reason, **kw)
+
+
+def decide(request: AdmissionRequest, state: ClusterState) -> Decision:
+    """The gate's answer to one admission request. Pure: no I/O, no clock, no side effects."""
+    try:
+        if request.operation == "DELETE":
+            return _decide_delete(request, state)
+        if request.operation in ("CREATE", "UPDATE") and _is(request.group_resource, CRITICAL_SERVICES, state):
+            return _decide_write(request, state)
+        return allow(Rule.NOT_GATED)
+    except StateUnavailable as exc:
+        return deny(
+            Rule.UNVERIFIABLE,
+            f"criticalsvc could not verify the cluster state, so it does not allow this yet: {exc}",
+            protected=True,
+        )
+
+
+def _is(gr: GroupResource, wanted: GroupResource, state: ClusterState) -> bool:
+    return gr == wanted or state.resolve(gr) == wanted
+
+
+# --- DELETE ---------------------------------------------------------------------------------------
+def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
+    gr = state.resolve(request.group_resource) or request.group_resource
+    old = request.old_object
+    metadata: Mapping[str, Any] = old.get("metadata") or {} if isinstance(old, Mapping) else {}
+    if not isinstance(metadata, Mapping):
+        metadata = {}
+    name = request.name or str(metadata.get("name") or "")
+    request = attrs.evolve(request, group_resource=gr, name=name)
+    ref = request.ref
+
+    if not name:
+        # Without oldObject and name nothing identifies the object (pre-1.15 collection deletes).
+        if _could_be_gated(gr, request.namespace, state):
+            return deny(Rule.UNIDENTIFIED, f"criticalsvc cannot tell which {gr} is being deleted "
+                        "(the request has no name and no oldObject), so it does not allow it")
+        return allow(Rule.NOT_GATED)
+    if old is None:
+        stored = state.get(ref)
+        labels: Mapping[str, Any] = stored.labels if stored else {}
+        annotations: Mapping[str, Any] = {}
+        deletion_timestamp = stored.deletion_timestamp if stored else None
+    else:
+        labels = _mapping(metadata.get("labels"))
+        annotations = _mapping(metadata.get("annotations"))
+        deletion_timestamp = metadata.get("deletionTimestamp")
+
+    if deletion_timestamp:
+        return allow(Rule.ALREADY_TERMINATING)
+    if labels.get(DELETION_PROTECTED_LABEL) == DELETION_PROTECTED_ALWAYS:
+        return deny(Rule.DELETION_PROTECTED, f"{ref} is labelled {DELETION_PROTECTED_LABEL}="
+                    f"{DELETION_PROTECTED_ALWAYS}; remove the label to delete it")
+
+    blocks: list[Block] = []
+    protected = False
+    if gr == NAMESPACES:
+        for cs in sorted(state.hosted_in(name), key=lambda c: c.name):
+            if state.get(cs.provider) is None:
+                continue  # deleting the namespace cannot take down a provider that is not there
+            protected = True
+            blocks += _criteria_blocks(cs, state, f"protects {_provider(cs)}, which lives in this namespace,")
+    if gr == CRITICAL_SERVICES:
+        protected = True
+        blocks += _service_blocks(request, state)
+    if gr == CRDS and name == CRD_NAME:
+        protected = True
+        services = sorted(cs.name for cs in state.critical_services())
+        if services:
+            blocks.append(Block(
+                f"{len(services)} CriticalServices still exist (first: {', '.join(services[:3])}); deleting "
+                "their CRD would remove them without admission and lift all protection - delete them first"))
+    for cs in sorted(state.protecting(ref), key=lambda c: c.name):
+        protected = True
+        blocks += _criteria_blocks(cs, state, "protects it")
+
+    return _conclude(ref, blocks, annotations, protected=protected)
+
+
+def _could_be_gated(gr: GroupResource, namespace: str, state: ClusterState) -> bool:
+    if gr in (NAMESPACES, CRITICAL_SERVICES, CRDS):
+        return True
+    return any(
+        (state.resolve(cs.provider.group_resource) or cs.provider.group_resource) == gr
+        and (not namespace or cs.provider.namespace == namespace)
+        for cs in state.critical_services()
+    )
+
+
+def _criteria_blocks(cs: CriticalService, state: ClusterState, why: str) -> list[Block]:
+    unmet = [v for v in (criteria.evaluate(c, state) for c in cs.criteria) if not v.satisfied]
+    if not unmet:
+        return []
+    clauses = "; ".join(v.describe() for v in unmet)
+    return [Block(f"CriticalService {cs.name} {why} until: {clauses}", cs.name, cs.enforcement)]
+
+
+def _service_blocks(request: AdmissionRequest, state: ClusterState) -> list[Block]:
+    cs: CriticalService | None
+    try:
+        cs = parse_critical_service(request.old_object) if request.old_object is not None else None
+    except InvalidSpec:
+        cs = None
+    if cs is None:
+        cs = next((c for c in state.critical_services() if c.name == request.name), None)
+    if cs is None:
+        return []  # an unparseable CriticalService protects nothing the gate could name
+    provider = state.get(cs.provider)
+    if provider is not None:
+        state_word = "is terminating" if provider.terminating else "still exists"
+        return [Block(f"its provider {_provider(cs)} {state_word}; a CriticalService goes after its provider",
+                      cs.name, cs.enforcement)]
+    if cs.provider.namespace:
+        ns = state.get(ObjectRef(NAMESPACES, "", cs.provider.namespace))
+        if ns is not None and ns.terminating:
+            return [Block(f"its provider's namespace {cs.provider.namespace} is still terminating; a "
+                          "CriticalService goes after everything it protects", cs.name, cs.enforcement)]
+    return []
+
+
+def _conclude(ref: ObjectRef, blocks: list[Block], annotations: Mapping[str, Any], *, protected: bool) -> Decision:
+    enforced = [b for b in blocks if b.enforcement == Enforcement.ENFORCE]
+    warned = [f"(enforcement: Warn) would deny deleting {ref}: {b.text}" for b in blocks
+              if b.enforcement == Enforcement.WARN]
+    blocking = tuple(sorted({b.service for b in blocks if b.service}))
+    if not enforced:
+        rule = Rule.WARN_ONLY if warned else (Rule.CRITERIA_MET if protected else Rule.UNPROTECTED)
+        return allow(rule, warnings=warned, protected=protected, blocking=blocking)
+    message = f"{ref} may not be deleted yet: " + " | ".join(b.text for b in enforced)
+    reason = annotations.get(BREAK_GLASS_ANNOTATION)
+    if isinstance(reason, str) and reason.strip():
+        return allow(Rule.BREAK_GLASS, warnings=[f"break-glass ({reason.strip()}): allowed although {message}",
+                                                 *warned],
+                     protected=protected, blocking=blocking, break_glass=reason.strip())
+    return deny(Rule.BLOCKED, message, warnings=tuple(_warning(w) for w in warned), protected=protected,
+                blocking=blocking)
+
+
+def _provider(cs: CriticalService) -> str:
+    return str(cs.provider)
+
+
+# --- CREATE / UPDATE of a CriticalService -----------------------------------------------------------
+def _decide_write(request: AdmissionRequest, state: ClusterState) -> Decision:
+    if request.sub_resource:
+        return allow(Rule.NOT_GATED)  # status writes are the gate's own
+    try:
+        cs = parse_critical_service(request.object)
+    except InvalidSpec as exc:
+        name = request.name or _name_of(request.object)
+        return deny(Rule.INVALID_SPEC, f'CriticalService "{name}" is invalid: {exc}', code=422, reason="Invalid")
+    if request.operation == "UPDATE" and request.old_object is not None:
+        try:
+            old = parse_critical_service(request.old_object)
+        except InvalidSpec:
+            old = None
+        if old is not None and _same_spec(old, cs):
+            return allow(Rule.VALID_SPEC)  # metadata-only edits (labels, break-glass) are never blocked
+    warnings = list(_spec_warnings(cs, state))
+    from .graph import check_no_cycle  # the graph layer builds on criteria; imported late to keep this light
+
+    try:
+        check_no_cycle(cs, state)
+    except DependencyCycle as exc:
+        return deny(Rule.CYCLE, f'CriticalService "{cs.name}" would close a {exc}; no teardown of these '
+                    "could ever finish", warnings=tuple(_warning(w) for w in warnings))
+    return allow(Rule.VALID_SPEC, warnings=warnings)
+
+
+def _same_spec(a: CriticalService, b: CriticalService) -> bool:
+    return (a.provider, a.criteria, a.enforcement) == (b.provider, b.criteria, b.enforcement)
+
+
+def _spec_warnings(cs: CriticalService, state: ClusterState) -> list[str]:
+    out: list[str] = []
+    if state.resolve(cs.provider.group_resource) is None:
+        out.append(f"spec.provider: {cs.provider.group_resource} is not served (yet); nothing is protected "
+                   "until it is")
+    for i, c in enumerate(cs.criteria):
+        named = criteria.named_resource(c)
+        if state.resolve(named) is None:
+            out.append(f"spec.criteria[{i}]: {named} is not served (yet); the criterion holds until it is")
+        ns = criteria.criterion_namespace(c)
+        if ns and cs.provider.namespace and ns == cs.provider.namespace:
+            out.append(f"spec.criteria[{i}]: its objects live in the provider's own namespace {ns}; "
+                       "deleting that namespace can wedge (a non-goal of the design)")
+    return out
+
+
+def _name_of(obj: Mapping[str, Any] | None) -> str:
+    if isinstance(obj, Mapping) and isinstance(obj.get("metadata"), Mapping):
+        return str(obj["metadata"].get("name") or "")
+    return ""
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _cap(message: str) -> str:
+    if len(message) <= MESSAGE_LIMIT:
+        return message
+    cut = message[: MESSAGE_LIMIT - 40].rsplit(" ", 1)[0]
+    return f"{cut} … ({len(message) - len(cut)} more characters)"
+
+
+def _warning(text: str) -> str:
+    return text if len(text) <= WARNING_LIMIT else text[: WARNING_LIMIT - 1] + "…"

@@ -1,0 +1,49 @@
+"""A cluster state from manifests: `kubectl get ... -o yaml` output, a bundle, or a test fixture.
+
+CRDs are read first so that the objects they serve map to the right resource (and so a criterion
+naming a Kind resolves); CriticalServices are parsed and indexed, and a broken one is an error that
+names its file and document, because an offline answer built on a silently skipped CriticalService
+would be wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .api import API_VERSION, CRDS, KIND, parse_critical_service
+from .errors import InvalidInput, MalformedManifest
+from .manifests import Manifest
+from .objects import KubeObject, project
+from .restmapper import RESTMapper
+from .state import MemoryState
+
+
+def is_critical_service(obj: Mapping[str, Any]) -> bool:
+    return obj.get("kind") == KIND and str(obj.get("apiVersion", "")).startswith(API_VERSION.split("/")[0] + "/")
+
+
+def build_state(manifests: Iterable[Manifest], *, mapper: RESTMapper | None = None) -> MemoryState:
+    manifests = list(manifests)
+    state = MemoryState(mapper)
+    for m in manifests:
+        if state.mapper.resource_for_kind(m.api_version, m.kind) == CRDS:
+            state.mapper.learn_crd(m.obj)
+    for m in manifests:
+        add_manifest(state, m)
+    return state
+
+
+def add_manifest(state: MemoryState, m: Manifest) -> KubeObject:
+    gr = state.mapper.resource_for_kind(m.api_version, m.kind)
+    try:
+        obj = project(m.obj, gr)
+        if is_critical_service(m.obj):
+            state.upsert_critical_service(parse_critical_service(m.obj))
+    except InvalidInput as exc:
+        raise exc.located(m.where) from None
+    t = state.mapper.lookup(gr)
+    if t is not None and not t.namespaced and obj.namespace:
+        raise MalformedManifest("metadata.namespace", f"{m.kind} is cluster-scoped", where=m.where)
+    state.upsert(obj)
+    return obj

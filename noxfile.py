@@ -1,0 +1,52 @@
+"""Sessions: tests (the default CI run), scenarios (big property profile), lint, typecheck, bench."""
+
+import os
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def _install(session: nox.Session) -> None:
+    session.install("-e", ".[test]")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The full test suite; HYPOTHESIS_PROFILE=ci (set by .ci/run) derandomizes it."""
+    _install(session)
+    env = {"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev")}
+    # pytest exits 5 when nothing was collected (e.g. -k matched nothing); that is not a failure here.
+    session.run("pytest", *session.posargs, env=env, success_codes=[0, 5])
+
+
+@nox.session
+def scenarios(session: nox.Session) -> None:
+    """Teardown scenario properties; `-- --big` runs the deep profile."""
+    _install(session)
+    profile = "big" if "--big" in session.posargs else "ci"
+    args = [a for a in session.posargs if a != "--big"]
+    session.run("pytest", "tests/test_scenarios.py", *args, env={"HYPOTHESIS_PROFILE": profile})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff", "import-linter")
+    _install(session)
+    session.run("ruff", "check", "criticalsvc", "tests")
+    session.run("lint-imports")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    session.install("mypy", "types-PyYAML")
+    _install(session)
+    session.run("mypy")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks (not part of the test run); writes bench-results/*.json and prints a table."""
+    _install(session)
+    session.run("python", "-m", "benchmarks", *session.posargs)
