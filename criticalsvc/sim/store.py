@@ -1,0 +1,495 @@
+"""The simulated API server's storage and request semantics.
+
+Objects are kept as whole JSON dicts (the HTTP face serves them back verbatim); every write also
+updates `state`, the gate's slim, indexed view (a MemoryState), so the real decision function reads
+this store exactly as the live service reads its watch caches.
+
+Modelled (k8s-semantics.md):
+* DELETE of an object with finalizers only marks it (deletionTimestamp); it disappears when the last
+  finalizer is removed, inside that update, without a second DELETE admission [S1]. No new finalizers
+  after deletionTimestamp: 422 Invalid [V1].
+* A namespace DELETE runs admission, then sets deletionTimestamp and phase Terminating; it is removed
+  when the namespace controller empties spec.finalizers via `finalize_namespace` [N1]. A repeated
+  DELETE of a Terminating namespace returns it without calling admission [N1]; a denied one changes
+  nothing.
+* A repeated DELETE of another terminating object runs admission again (§4); of a gone object: 404.
+* A CRD DELETE adds the customresourcecleanup finalizer and the Terminating condition [C2]; while it
+  is terminating, creating instances is 405 [C3]; instances deleted by the CRD cleanup skip admission
+  [C1] (`admission=False`).
+* deletecollection: admission once per item with name "" [R1]; one worker, so it stops at the first
+  denial, keeping what it already deleted, and returns that first error [S1][S2]; NotFound items are
+  skipped.
+* A webhook denial reaches the client as the webhook's status code (anything < 400 becomes 400),
+  with the message `admission webhook "<name>" denied the request: <message>` [D3]; a failed webhook
+  call follows failurePolicy: Fail -> 500 InternalError, Ignore -> proceed [D1].
+* Creating in a Terminating namespace is Forbidden (NamespaceLifecycle); in a missing one, NotFound.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import attrs
+
+from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef, parse_critical_service
+from ..errors import CriticalsvcError, InvalidInput
+from ..objects import project
+from ..restmapper import RESTMapper, ResourceType, guess_resource, resource_type_from_crd
+from ..state import MemoryState
+
+CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+NAMESPACE_FINALIZER = "kubernetes"
+WEBHOOK_NAME = "gate.criticalsvc.io"
+
+
+class APIError(CriticalsvcError):
+    """A Kubernetes API error: rendered as a metav1.Status by the HTTP face."""
+
+    def __init__(self, code: int, reason: str, message: str, *, details: Mapping[str, Any] | None = None) -> None:
+        self.code, self.reason, self.message = code, reason, message
+        self.details = dict(details or {})
+        super().__init__(message)
+
+    def status(self) -> dict[str, Any]:
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "details": self.details, "code": self.code}
+
+
+def not_found(gr: GroupResource, name: str) -> APIError:
+    return APIError(404, "NotFound", f'{gr} "{name}" not found',
+                    details={"name": name, "group": gr.group, "kind": gr.resource})
+
+
+# An admission hook receives an AdmissionReview request (dict) and returns the AdmissionReview reply
+# (dict); raising means the call failed (transport error, timeout) and failurePolicy applies.
+AdmissionHook = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@attrs.frozen
+class WebhookRule:
+    operations: frozenset[str]
+    group_resources: frozenset[GroupResource]
+
+
+# The rules deploy/ registers (issue 5): the gate sees DELETEs of namespaces, workloads, CriticalServices
+# and CRDs, and CREATE/UPDATE of CriticalServices.
+DEFAULT_RULES: tuple[WebhookRule, ...] = (
+    WebhookRule(frozenset({"DELETE"}), frozenset({
+        NAMESPACES, GroupResource("apps", "deployments"), GroupResource("apps", "statefulsets"),
+        GroupResource("apps", "daemonsets"), CRITICAL_SERVICES, CRDS})),
+    WebhookRule(frozenset({"CREATE", "UPDATE"}), frozenset({CRITICAL_SERVICES})),
+)
+
+
+@attrs.define
+class Webhook:
+    """A registered validating webhook, as a ValidatingWebhookConfiguration entry describes it."""
+
+    hook: AdmissionHook
+    rules: tuple[WebhookRule, ...] = DEFAULT_RULES
+    failure_policy: Literal["Fail", "Ignore"] = "Fail"
+    name: str = WEBHOOK_NAME
+    # namespaceSelector exclusions by name (kubernetes.io/metadata.name NotIn [...]).
+    excluded_namespaces: frozenset[str] = frozenset({"kube-system", "criticalsvc-system"})
+
+    def matches(self, operation: str, gr: GroupResource, namespace: str) -> bool:
+        if namespace and namespace in self.excluded_namespaces:
+            return False
+        return any(operation in r.operations and gr in r.group_resources for r in self.rules)
+
+
+@attrs.frozen
+class WatchEvent:
+    resource_version: int
+    type: Literal["ADDED", "MODIFIED", "DELETED"]
+    group_resource: GroupResource
+    object: Mapping[str, Any]
+
+
+@attrs.frozen
+class DeleteResult:
+    outcome: Literal["deleted", "marked", "unchanged"]
+    object: Mapping[str, Any]
+
+
+Key = tuple[GroupResource, str, str]
+
+
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Store:
+    """The simulated API server. `clock()` returns seconds (virtual or real)."""
+
+    def __init__(self, *, clock: Callable[[], float], mapper: RESTMapper | None = None,
+                 webhooks: Iterable[Webhook] = (), history: int = 10_000) -> None:
+        self.clock = clock
+        self.state = MemoryState(mapper)
+        self.webhooks = list(webhooks)
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self._rv = itertools.count(1)
+        self.resource_version = 0
+        self.events: list[WatchEvent] = []
+        self._history = history
+        self._listeners: list[Callable[[WatchEvent], None]] = []
+        self._uids = (f"00000000-0000-4000-8000-{i:012d}" for i in itertools.count(1))
+        self._review_ids = itertools.count(1)
+
+    @property
+    def mapper(self) -> RESTMapper:
+        return self.state.mapper
+
+    # --- reads ------------------------------------------------------------------------------------
+    def get(self, gr: GroupResource, namespace: str, name: str) -> dict[str, Any] | None:
+        obj = self._objects.get((gr, namespace, name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def exists(self, gr: GroupResource, namespace: str, name: str) -> bool:
+        return (gr, namespace, name) in self._objects
+
+    def list(self, gr: GroupResource, namespace: str | None = None) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for (g, ns, _n), o in sorted(self._objects.items(), key=lambda kv: kv[0][1:])
+                if g == gr and (namespace is None or ns == namespace)]
+
+    def refs(self, gr: GroupResource | None = None, namespace: str | None = None) -> Iterator[ObjectRef]:
+        for g, ns, n in sorted(self._objects, key=lambda k: (str(k[0]), k[1], k[2])):
+            if (gr is None or g == gr) and (namespace is None or ns == namespace):
+                yield ObjectRef(g, ns, n)
+
+    def count(self) -> int:
+        return len(self._objects)
+
+    def resource_type(self, gr: GroupResource) -> ResourceType:
+        t = self.mapper.lookup(gr)
+        if t is None:
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        return t
+
+    # --- watch ------------------------------------------------------------------------------------
+    def subscribe(self, listener: Callable[[WatchEvent], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def events_since(self, resource_version: int) -> list[WatchEvent] | None:
+        """Events after `resource_version`, or None when that version is too old (410 Gone)."""
+        if self.events and resource_version < self.events[0].resource_version - 1:
+            return None
+        return [e for e in self.events if e.resource_version > resource_version]
+
+    def _emit(self, kind: Literal["ADDED", "MODIFIED", "DELETED"], gr: GroupResource, obj: dict[str, Any]) -> None:
+        event = WatchEvent(int(obj["metadata"]["resourceVersion"]), kind, gr, copy.deepcopy(obj))
+        self.events.append(event)
+        if len(self.events) > self._history:
+            del self.events[: len(self.events) - self._history]
+        for listener in list(self._listeners):
+            listener(event)
+
+    # --- writes -----------------------------------------------------------------------------------
+    def _bump(self, obj: dict[str, Any]) -> None:
+        self.resource_version = next(self._rv)
+        obj["metadata"]["resourceVersion"] = str(self.resource_version)
+
+    def _index(self, gr: GroupResource, obj: dict[str, Any]) -> None:
+        self.state.upsert(project(obj, gr))
+        if gr == CRITICAL_SERVICES:
+            try:
+                self.state.upsert_critical_service(parse_critical_service(obj))
+            except InvalidInput:
+                self.state.remove_critical_service(obj["metadata"]["name"])
+
+    def _unindex(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
+        md = obj["metadata"]
+        self.state.remove(ObjectRef(gr, md.get("namespace", ""), md["name"]))
+        if gr == CRITICAL_SERVICES:
+            self.state.remove_critical_service(md["name"])
+        if gr == CRDS:
+            t = resource_type_from_crd(obj)
+            if t is not None:
+                self.mapper.remove(t.group_resource)
+
+    def _store(self, gr: GroupResource, obj: dict[str, Any], event: Literal["ADDED", "MODIFIED"]) -> dict[str, Any]:
+        self._bump(obj)
+        md = obj["metadata"]
+        self._objects[(gr, md.get("namespace", ""), md["name"])] = obj
+        self._index(gr, obj)
+        self._emit(event, gr, obj)
+        return copy.deepcopy(obj)
+
+    def _remove(self, gr: GroupResource, obj: dict[str, Any]) -> dict[str, Any]:
+        md = obj["metadata"]
+        del self._objects[(gr, md.get("namespace", ""), md["name"])]
+        self._bump(obj)
+        self._unindex(gr, obj)
+        self._emit("DELETED", gr, obj)
+        return copy.deepcopy(obj)
+
+    def gr_for(self, obj: Mapping[str, Any]) -> GroupResource:
+        return self.mapper.resource_for_kind(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+
+    def create(self, obj: Mapping[str, Any], *, user: str = "admin", dry_run: bool = False,
+               allow_unknown_kinds: bool = False) -> dict[str, Any]:
+        obj = copy.deepcopy(dict(obj))
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if not isinstance(api_version, str) or not isinstance(kind, str):
+            raise APIError(400, "BadRequest", "Object 'Kind' is missing")
+        gr = self.gr_for(obj)
+        t = self.mapper.lookup(gr)
+        if t is None:
+            if not allow_unknown_kinds:
+                raise APIError(404, "NotFound", f'no matches for kind "{kind}" in version "{api_version}"')
+            group = api_version.rpartition("/")[0]
+            version = api_version.rpartition("/")[2]
+            namespaced = bool((obj.get("metadata") or {}).get("namespace"))
+            t = ResourceType(group, version, kind, guess_resource(kind), kind.lower(), namespaced)
+            self.mapper.add(t)
+        md = obj.setdefault("metadata", {})
+        name = md.get("name")
+        if not isinstance(name, str) or not name:
+            raise APIError(422, "Invalid", f"{kind}: metadata.name: Required value")
+        namespace = md.get("namespace", "") if t.namespaced else ""
+        if t.namespaced:
+            if not namespace:
+                md["namespace"] = namespace = "default"
+            ns = self._objects.get((NAMESPACES, "", namespace))
+            if ns is None:
+                raise not_found(NAMESPACES, namespace)
+            if ns["metadata"].get("deletionTimestamp"):
+                raise APIError(403, "Forbidden", f'{kind.lower()} "{name}" is forbidden: unable to create new '
+                               f"content in namespace {namespace} because it is being terminated")
+        else:
+            md.pop("namespace", None)
+        if (gr, namespace, name) in self._objects:
+            raise APIError(409, "AlreadyExists", f'{gr} "{name}" already exists',
+                           details={"name": name, "group": gr.group, "kind": gr.resource})
+        crd = self._crd_for(gr)
+        if crd is not None and crd["metadata"].get("deletionTimestamp"):
+            raise APIError(405, "MethodNotAllowed",
+                           "create not allowed while custom resource definition is terminating")
+        if gr == CRDS and resource_type_from_crd(obj) is None:
+            raise APIError(422, "Invalid", f'{gr} "{name}" is invalid: spec: group, names.plural and names.kind '
+                           "are required")
+        md.pop("deletionTimestamp", None)
+        md["uid"] = next(self._uids)
+        md["creationTimestamp"] = _rfc3339(self.clock())
+        md.setdefault("generation", 1)
+        if gr == NAMESPACES:
+            obj.setdefault("spec", {}).setdefault("finalizers", [NAMESPACE_FINALIZER])
+            obj["status"] = {"phase": "Active"}
+            md.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+        self._admit("CREATE", gr, obj, None, name=name, namespace=namespace, user=user, dry_run=dry_run)
+        if dry_run:
+            return obj
+        if gr == CRDS:
+            t_new = resource_type_from_crd(obj)
+            if t_new is not None:
+                self.mapper.add(t_new)
+            obj["status"] = {"conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}],
+                             "acceptedNames": obj["spec"]["names"]}
+        return self._store(gr, obj, "ADDED")
+
+    def _crd_for(self, gr: GroupResource) -> dict[str, Any] | None:
+        return self._objects.get((CRDS, "", f"{gr.resource}.{gr.group}")) if gr.group else None
+
+    def update(self, obj: Mapping[str, Any], *, user: str = "admin", dry_run: bool = False) -> dict[str, Any]:
+        """Replace an object (optimistic concurrency on resourceVersion when given)."""
+        obj = copy.deepcopy(dict(obj))
+        gr = self.gr_for(obj)
+        md = obj.get("metadata") or {}
+        key = (gr, md.get("namespace", "") if self.resource_type(gr).namespaced else "", md.get("name", ""))
+        current = self._objects.get(key)
+        if current is None:
+            raise not_found(gr, key[2])
+        rv = md.get("resourceVersion")
+        if rv and rv != current["metadata"]["resourceVersion"]:
+            raise APIError(409, "Conflict", f'Operation cannot be fulfilled on {gr} "{key[2]}": the object has '
+                           "been modified; please apply your changes to the latest version and try again")
+        old_md = current["metadata"]
+        for immutable in ("uid", "creationTimestamp", "deletionTimestamp", "namespace"):
+            if immutable in old_md:
+                md[immutable] = old_md[immutable]
+            else:
+                md.pop(immutable, None)
+        md["name"] = old_md["name"]
+        if old_md.get("deletionTimestamp"):
+            added = set(md.get("finalizers") or []) - set(old_md.get("finalizers") or [])
+            if added:
+                raise APIError(422, "Invalid", f'{gr} "{key[2]}" is invalid: metadata.finalizers: Forbidden: no new '
+                               f"finalizers can be added if the object is being deleted, found new finalizers "
+                               f"{sorted(added)}")
+        if obj.get("spec") != current.get("spec"):
+            md["generation"] = int(old_md.get("generation", 1)) + 1
+        self._admit("UPDATE", gr, obj, current, name=key[2], namespace=key[1], user=user, dry_run=dry_run)
+        if dry_run:
+            return obj
+        obj["metadata"] = md
+        if md.get("deletionTimestamp") and not md.get("finalizers") and not self._spec_finalizers(gr, obj):
+            # Last finalizer gone: the object is removed within this update, no DELETE admission [S1].
+            self._objects[key] = obj
+            return self._remove(gr, obj)
+        return self._store(gr, obj, "MODIFIED")
+
+    def _spec_finalizers(self, gr: GroupResource, obj: Mapping[str, Any]) -> list[str]:
+        return list((obj.get("spec") or {}).get("finalizers") or []) if gr == NAMESPACES else []
+
+    def remove_finalizer(self, ref: ObjectRef, finalizer: str, *, user: str = "controller") -> dict[str, Any] | None:
+        """What a controller's PATCH of metadata.finalizers does; None if the object is gone."""
+        current = self._objects.get((ref.group_resource, ref.namespace, ref.name))
+        if current is None:
+            return None
+        finalizers = list(current["metadata"].get("finalizers") or [])
+        if finalizer not in finalizers:
+            return copy.deepcopy(current)
+        obj = copy.deepcopy(current)
+        obj["metadata"]["finalizers"] = [f for f in finalizers if f != finalizer]
+        obj["metadata"].pop("resourceVersion", None)
+        return self.update(obj, user=user)
+
+    def finalize_namespace(self, name: str) -> dict[str, Any] | None:
+        """The namespace controller's `namespaces/finalize` call: drop spec.finalizers [N1]."""
+        current = self._objects.get((NAMESPACES, "", name))
+        if current is None:
+            return None
+        obj = copy.deepcopy(current)
+        obj["spec"]["finalizers"] = []
+        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
+            return self._remove(NAMESPACES, obj)
+        return self._store(NAMESPACES, obj, "MODIFIED")
+
+    def set_status(self, ref: ObjectRef, status: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The status subresource: replaces .status, no admission for the gate's rules."""
+        current = self._objects.get((ref.group_resource, ref.namespace, ref.name))
+        if current is None:
+            return None
+        obj = copy.deepcopy(current)
+        obj["status"] = copy.deepcopy(dict(status))
+        return self._store(ref.group_resource, obj, "MODIFIED")
+
+    # --- delete -----------------------------------------------------------------------------------
+    def delete(self, ref: ObjectRef, *, user: str = "admin", dry_run: bool = False, admission: bool = True,
+               propagation: str = "Background", uid: str | None = None, _collection: bool = False) -> DeleteResult:
+        gr = ref.group_resource
+        current = self._objects.get((gr, ref.namespace, ref.name))
+        if current is None:
+            raise not_found(gr, ref.name)
+        md = current["metadata"]
+        if uid is not None and md.get("uid") != uid:
+            raise APIError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, UID in object "
+                           f"meta: {md.get('uid')}")
+        if gr == NAMESPACES and md.get("deletionTimestamp"):
+            return DeleteResult("unchanged", copy.deepcopy(current))  # no admission on a Terminating ns [N1]
+        if admission:
+            self._admit("DELETE", gr, None, current, name="" if _collection else ref.name,
+                        namespace=ref.name if gr == NAMESPACES else ref.namespace, user=user, dry_run=dry_run,
+                        propagation=propagation)
+        if dry_run:
+            return DeleteResult("unchanged", copy.deepcopy(current))
+        if md.get("deletionTimestamp"):
+            return DeleteResult("unchanged", copy.deepcopy(current))  # already terminating: keeps its timestamp
+        obj = copy.deepcopy(current)
+        finalizers = list(obj["metadata"].get("finalizers") or [])
+        if gr == CRDS:
+            finalizers = [*finalizers, CRD_CLEANUP_FINALIZER] if CRD_CLEANUP_FINALIZER not in finalizers else finalizers
+            obj["metadata"]["finalizers"] = finalizers
+            obj.setdefault("status", {})["conditions"] = [
+                *[c for c in obj.get("status", {}).get("conditions", []) if c.get("type") != "Terminating"],
+                {"type": "Terminating", "status": "True", "reason": "InstanceDeletionPending",
+                 "message": "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon"}]
+        if propagation == "Foreground" and "foregroundDeletion" not in finalizers:
+            finalizers.append("foregroundDeletion")
+            obj["metadata"]["finalizers"] = finalizers
+        if propagation == "Orphan" and "orphan" not in finalizers:
+            finalizers.append("orphan")
+            obj["metadata"]["finalizers"] = finalizers
+        if finalizers or self._spec_finalizers(gr, obj):
+            obj["metadata"]["deletionTimestamp"] = _rfc3339(self.clock())
+            obj["metadata"]["deletionGracePeriodSeconds"] = 0
+            if gr == NAMESPACES:
+                obj["status"] = {**obj.get("status", {}), "phase": "Terminating"}
+            return DeleteResult("marked", self._store(gr, obj, "MODIFIED"))
+        return DeleteResult("deleted", self._remove(gr, obj))
+
+    def delete_collection(self, gr: GroupResource, namespace: str, *, user: str = "admin",
+                          admission: bool = True) -> list[DeleteResult]:
+        """deletecollection with one worker: stop at the first error, keep what was done [S1][S2]."""
+        results: list[DeleteResult] = []
+        for ref in list(self.refs(gr, namespace)):
+            try:
+                results.append(self.delete(ref, user=user, admission=admission, _collection=True))
+            except APIError as exc:
+                if exc.code == 404:
+                    continue
+                raise
+        return results
+
+    # --- admission --------------------------------------------------------------------------------
+    def _admit(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
+               old: Mapping[str, Any] | None, *, name: str, namespace: str, user: str, dry_run: bool,
+               propagation: str = "Background") -> None:
+        for webhook in self.webhooks:
+            if not webhook.matches(operation, gr, namespace if gr != NAMESPACES else name or namespace):
+                continue
+            review = self.admission_review(operation, gr, obj, old, name=name, namespace=namespace, user=user,
+                                           dry_run=dry_run, propagation=propagation)
+            try:
+                reply = webhook.hook(review)
+                response = reply["response"]
+                if reply.get("apiVersion") != "admission.k8s.io/v1" or response.get("uid") != review["request"]["uid"]:
+                    raise ValueError("webhook response uid or apiVersion mismatch")
+                allowed = bool(response["allowed"])
+            except Exception as exc:  # any failed call is subject to failurePolicy [D1][D2]
+                if webhook.failure_policy == "Ignore":
+                    continue
+                raise APIError(500, "InternalError", f'Internal error occurred: failed calling webhook '
+                               f'"{webhook.name}": {exc}') from exc
+            if not allowed:
+                status = response.get("status") or {}
+                code = int(status.get("code") or 0)
+                code = code if code >= 400 else 400  # [D3]
+                message = status.get("message") or status.get("reason")
+                text = (f'admission webhook "{webhook.name}" denied the request: {message}' if message
+                        else f'admission webhook "{webhook.name}" denied the request without explanation')
+                raise APIError(code, str(status.get("reason") or "BadRequest"), text)
+
+    def admission_review(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
+                         old: Mapping[str, Any] | None, *, name: str, namespace: str, user: str,
+                         dry_run: bool, propagation: str = "Background") -> dict[str, Any]:
+        """An AdmissionReview v1 request exactly as the API server builds it (§1)."""
+        t = self.mapper.lookup(gr)
+        version = t.version if t else "v1"
+        kind = t.kind if t else gr.resource
+        gvk = {"group": gr.group, "version": version, "kind": kind}
+        gvr = {"group": gr.group, "version": version, "resource": gr.resource}
+        request: dict[str, Any] = {
+            # Fresh per call (§1.1); deterministic so a seeded simulation replays identically.
+            "uid": str(uuid.UUID(int=next(self._review_ids), version=4)),
+            "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+            "name": name, "operation": operation,
+            "userInfo": {"username": user, "groups": ["system:authenticated"]},
+            "object": copy.deepcopy(obj) if obj is not None else None,
+            "oldObject": copy.deepcopy(old) if old is not None else None,
+            "dryRun": dry_run,
+        }
+        if namespace:
+            request["namespace"] = namespace
+        if operation == "DELETE":
+            request["options"] = {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions",
+                                  "propagationPolicy": propagation}
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def gate_hook(store: Store) -> AdmissionHook:
+    """The real decision function as an in-process webhook reading this store's state."""
+    from ..admission import parse_review, render_response
+    from ..decision import decide
+
+    def hook(review: dict[str, Any]) -> dict[str, Any]:
+        request = parse_review(review)
+        return dict(render_response(request.uid, decide(request, store.state)))
+
+    return hook
