@@ -41,7 +41,10 @@ _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # A resource is a lowercase plural or a Kind; both are DNS-label-ish words without dots.
 _RESOURCE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 # metav1 finalizer names are qualified names: optional DNS prefix, '/', name.
-_FINALIZER = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_FINALIZER = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 
 @attrs.frozen(order=True)
@@ -153,8 +156,8 @@ def parse_critical_service(obj: Any) -> CriticalService:
     if metadata.get("namespace"):
         raise InvalidSpec("metadata.namespace", "CriticalService is cluster-scoped; remove the namespace")
     spec = parse_spec(obj.get("spec"))
-    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
-    labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+    status: Mapping[str, Any] = obj["status"] if isinstance(obj.get("status"), Mapping) else {}
+    labels: Mapping[str, str] = metadata["labels"] if isinstance(metadata.get("labels"), Mapping) else {}
     provider_uid = status.get("providerUID")
     return attrs.evolve(
         spec,

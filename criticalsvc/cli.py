@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from . import __version__
 from .errors import CriticalsvcError, InvalidInput
@@ -22,7 +23,7 @@ EXIT_OK, EXIT_NO, EXIT_BAD_INPUT = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own exit code is also 2; keep its one line
+    def error(self, message: str) -> NoReturn:  # argparse's own exit code is also 2; keep its one line
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 

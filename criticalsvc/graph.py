@@ -70,13 +70,13 @@ def find_service_cycle(graph: nx.DiGraph, start: str | None = None) -> list[str]
         edges = nx.find_cycle(graph, source=start) if start is not None else nx.find_cycle(graph)
     except nx.NetworkXNoCycle:
         return None
-    nodes = [u for u, _v, *_ in edges]
+    nodes: list[str] = [u for u, _v, *_ in edges]
     if start is not None and start not in nodes:
         # find_cycle from a source may return a cycle reachable from it, not through it.
         for cycle in nx.simple_cycles(graph):
             if start in cycle:
                 i = cycle.index(start)
-                return cycle[i:] + cycle[:i]
+                return [str(n) for n in cycle[i:] + cycle[:i]]
         return None
     return nodes
 

@@ -153,15 +153,15 @@ def resource_type_from_crd(crd: Mapping[str, Any]) -> ResourceType | None:
     spec = crd.get("spec")
     if not isinstance(spec, Mapping):
         return None
-    names = spec.get("names") if isinstance(spec.get("names"), Mapping) else {}
+    names: Mapping[str, Any] = spec["names"] if isinstance(spec.get("names"), Mapping) else {}
     group, plural, kind = spec.get("group"), names.get("plural"), names.get("kind")
     if not (isinstance(group, str) and isinstance(plural, str) and isinstance(kind, str)):
         return None
-    versions = spec.get("versions") if isinstance(spec.get("versions"), list) else []
+    versions: list[Any] = spec["versions"] if isinstance(spec.get("versions"), list) else []
     served = [v.get("name") for v in versions if isinstance(v, Mapping) and v.get("served", True)]
     storage = [v.get("name") for v in versions if isinstance(v, Mapping) and v.get("storage")]
     version = (storage or served or ["v1"])[0]
-    short = names.get("shortNames") if isinstance(names.get("shortNames"), list) else []
+    short: list[Any] = names["shortNames"] if isinstance(names.get("shortNames"), list) else []
     return ResourceType(
         group=group,
         version=str(version),

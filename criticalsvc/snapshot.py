@@ -20,7 +20,8 @@ from .state import MemoryState
 
 
 def is_critical_service(obj: Mapping[str, Any]) -> bool:
-    return obj.get("kind") == KIND and str(obj.get("apiVersion", "")).startswith(API_VERSION.split("/")[0] + "/")
+    group = API_VERSION.split("/")[0]
+    return obj.get("kind") == KIND and str(obj.get("apiVersion", "")).startswith(group + "/")
 
 
 def build_state(manifests: Iterable[Manifest], *, mapper: RESTMapper | None = None) -> MemoryState:

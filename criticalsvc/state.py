@@ -144,7 +144,8 @@ class MemoryState:
         return list(self._services.values())
 
     def protecting(self, provider: ObjectRef) -> Collection[CriticalService]:
-        candidates = self._by_provider.get((provider.group_resource.group, provider.namespace, provider.name), {})
+        key = (provider.group_resource.group, provider.namespace, provider.name)
+        candidates = self._by_provider.get(key, {})
         target = self.resolve(provider.group_resource) or provider.group_resource
         return [
             cs

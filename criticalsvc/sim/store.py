@@ -27,6 +27,7 @@ Modelled (k8s-semantics.md):
 
 from __future__ import annotations
 
+import builtins
 import copy
 import itertools
 import uuid
@@ -39,7 +40,7 @@ import attrs
 from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef, parse_critical_service
 from ..errors import CriticalsvcError, InvalidInput
 from ..objects import project
-from ..restmapper import RESTMapper, ResourceType, guess_resource, resource_type_from_crd
+from ..restmapper import ResourceType, RESTMapper, guess_resource, resource_type_from_crd
 from ..state import MemoryState
 
 CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
@@ -176,7 +177,7 @@ class Store:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
-    def events_since(self, resource_version: int) -> list[WatchEvent] | None:
+    def events_since(self, resource_version: int) -> builtins.list[WatchEvent] | None:
         """Events after `resource_version`, or None when that version is too old (410 Gone)."""
         if self.events and resource_version < self.events[0].resource_version - 1:
             return None
@@ -232,9 +233,9 @@ class Store:
     def gr_for(self, obj: Mapping[str, Any]) -> GroupResource:
         return self.mapper.resource_for_kind(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
 
-    def create(self, obj: Mapping[str, Any], *, user: str = "admin", dry_run: bool = False,
+    def create(self, manifest: Mapping[str, Any], *, user: str = "admin", dry_run: bool = False,
                allow_unknown_kinds: bool = False) -> dict[str, Any]:
-        obj = copy.deepcopy(dict(obj))
+        obj: dict[str, Any] = copy.deepcopy(dict(manifest))
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
         if not isinstance(api_version, str) or not isinstance(kind, str):
             raise APIError(400, "BadRequest", "Object 'Kind' is missing")
@@ -289,16 +290,17 @@ class Store:
             t_new = resource_type_from_crd(obj)
             if t_new is not None:
                 self.mapper.add(t_new)
-            obj["status"] = {"conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}],
+            established = {"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}
+            obj["status"] = {"conditions": [established],
                              "acceptedNames": obj["spec"]["names"]}
         return self._store(gr, obj, "ADDED")
 
     def _crd_for(self, gr: GroupResource) -> dict[str, Any] | None:
         return self._objects.get((CRDS, "", f"{gr.resource}.{gr.group}")) if gr.group else None
 
-    def update(self, obj: Mapping[str, Any], *, user: str = "admin", dry_run: bool = False) -> dict[str, Any]:
+    def update(self, manifest: Mapping[str, Any], *, user: str = "admin", dry_run: bool = False) -> dict[str, Any]:
         """Replace an object (optimistic concurrency on resourceVersion when given)."""
-        obj = copy.deepcopy(dict(obj))
+        obj: dict[str, Any] = copy.deepcopy(dict(manifest))
         gr = self.gr_for(obj)
         md = obj.get("metadata") or {}
         key = (gr, md.get("namespace", "") if self.resource_type(gr).namespaced else "", md.get("name", ""))
@@ -334,7 +336,7 @@ class Store:
             return self._remove(gr, obj)
         return self._store(gr, obj, "MODIFIED")
 
-    def _spec_finalizers(self, gr: GroupResource, obj: Mapping[str, Any]) -> list[str]:
+    def _spec_finalizers(self, gr: GroupResource, obj: Mapping[str, Any]) -> builtins.list[str]:
         return list((obj.get("spec") or {}).get("finalizers") or []) if gr == NAMESPACES else []
 
     def remove_finalizer(self, ref: ObjectRef, finalizer: str, *, user: str = "controller") -> dict[str, Any] | None:
@@ -415,9 +417,9 @@ class Store:
         return DeleteResult("deleted", self._remove(gr, obj))
 
     def delete_collection(self, gr: GroupResource, namespace: str, *, user: str = "admin",
-                          admission: bool = True) -> list[DeleteResult]:
+                          admission: bool = True) -> builtins.list[DeleteResult]:
         """deletecollection with one worker: stop at the first error, keep what was done [S1][S2]."""
-        results: list[DeleteResult] = []
+        results: builtins.list[DeleteResult] = []
         for ref in list(self.refs(gr, namespace)):
             try:
                 results.append(self.delete(ref, user=user, admission=admission, _collection=True))
@@ -439,7 +441,8 @@ class Store:
             try:
                 reply = webhook.hook(review)
                 response = reply["response"]
-                if reply.get("apiVersion") != "admission.k8s.io/v1" or response.get("uid") != review["request"]["uid"]:
+                wrong_uid = response.get("uid") != review["request"]["uid"]
+                if reply.get("apiVersion") != "admission.k8s.io/v1" or wrong_uid:
                     raise ValueError("webhook response uid or apiVersion mismatch")
                 allowed = bool(response["allowed"])
             except Exception as exc:  # any failed call is subject to failurePolicy [D1][D2]
