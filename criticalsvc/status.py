@@ -1,0 +1,94 @@
+"""A CriticalService's status, computed from the cluster state (pure; the writer is elsewhere).
+
+Conditions follow the Kubernetes API conventions (metav1.Condition: type, status, reason, message,
+lastTransitionTime, observedGeneration); lastTransitionTime only moves when `status` flips, so a
+writer that recomputes every few seconds does not churn it.
+
+    Ready      True  (Enforcing | Warning)      the gate protects the provider as specified
+               False (ProviderTypeNotServed)    the provider's type is not served: nothing to protect
+    Blocking   True  (CriteriaUnmet)            deleting the provider (or its namespace) is denied now
+               False (CriteriaMet)              it would be allowed
+
+`providerUID` records the uid of the provider last seen, so a provider deleted and re-created under
+the same name is visible (the design's open question on adoption); `blockers` names the first few
+unmet criteria with example objects, the same words the denial message uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from . import criteria
+from .api import CriticalService, Enforcement
+from .state import ClusterState
+
+# The status is an API object other tools read; five blockers are enough to act on.
+MAX_BLOCKERS = 5
+
+
+def _condition(type_: str, status: bool, reason: str, message: str, *, now: str, generation: int,
+               previous: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    value = "True" if status else "False"
+    old = next((c for c in previous if c.get("type") == type_), None)
+    since = old.get("lastTransitionTime") if old is not None and old.get("status") == value else None
+    return {"type": type_, "status": value, "reason": reason, "message": message,
+            "lastTransitionTime": since or now, "observedGeneration": generation}
+
+
+def compute_status(cs: CriticalService, state: ClusterState, *, now: float, generation: int = 1,
+                   previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The `.status` the gate would write for `cs` now. May raise StateUnavailable."""
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    prev_conditions = (previous or {}).get("conditions") or []
+    verdicts = [criteria.evaluate(c, state) for c in cs.criteria]
+    unmet = [(i, v) for i, v in enumerate(verdicts) if not v.satisfied]
+    provider = state.get(cs.provider)
+    served = state.resolve(cs.provider.group_resource) is not None
+    if not served:
+        ready = _condition("Ready", False, "ProviderTypeNotServed",
+                           f"{cs.provider.group_resource} is not served; nothing is protected until it is",
+                           now=stamp, generation=generation, previous=prev_conditions)
+    else:
+        warn = cs.enforcement == Enforcement.WARN
+        ready = _condition("Ready", True, "Warning" if warn else "Enforcing",
+                           ("denials are reported as warnings only (enforcement: Warn)" if warn
+                            else f"deletes of {cs.provider} are gated"),
+                           now=stamp, generation=generation, previous=prev_conditions)
+    if unmet:
+        first = unmet[0][1].describe()
+        more = f" (and {len(unmet) - 1} more criteria)" if len(unmet) > 1 else ""
+        blocking = _condition("Blocking", True, "CriteriaUnmet", f"{first}{more}", now=stamp,
+                              generation=generation, previous=prev_conditions)
+    else:
+        blocking = _condition("Blocking", False, "CriteriaMet", "every criterion holds; the provider may go",
+                              now=stamp, generation=generation, previous=prev_conditions)
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": [ready, blocking],
+        "criteriaCount": len(cs.criteria),
+        "unmetCriteria": len(unmet),
+        "blockers": [
+            {"criterion": i, "description": v.describe(), "count": v.count,
+             "examples": [e.key for e in v.examples]}
+            for i, v in unmet[:MAX_BLOCKERS]
+        ],
+    }
+    if provider is not None and provider.uid:
+        status["providerUID"] = provider.uid
+    elif cs.provider_uid:
+        status["providerUID"] = cs.provider_uid  # keep the last uid seen while the provider is away
+    return status
+
+
+def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
+    """Equal but for timestamps: a writer skips the PATCH when nothing a reader cares about changed."""
+    def strip(s: Mapping[str, Any] | None) -> Any:
+        if s is None:
+            return None
+        out = dict(s)
+        out["conditions"] = [{k: v for k, v in c.items() if k != "lastTransitionTime"}
+                             for c in s.get("conditions") or []]
+        return out
+    return bool(strip(a) == strip(b))

@@ -1,0 +1,77 @@
+"""CriticalService status: conditions, providerUID, blockers — computed from the state."""
+
+import pytest
+
+from criticalsvc.api import CRDS, ObjectRef
+from criticalsvc.manifests import load_path
+from criticalsvc.objects import KubeObject
+from criticalsvc.snapshot import build_state
+from criticalsvc.status import compute_status, same_status
+
+
+@pytest.fixture
+def story():
+    state = build_state(load_path("api/examples/reference-story.yaml"))
+    (cs,) = state.critical_services()
+    return state, cs
+
+
+def _cond(status, type_):
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def test_blocking_while_crs_carry_the_finalizer(story):
+    """With CRs still finalized, Blocking is True and the blockers name the CRs."""
+    state, cs = story
+    status = compute_status(cs, state, now=1_700_000_000)
+    assert _cond(status, "Blocking")["status"] == "True"
+    assert _cond(status, "Blocking")["reason"] == "CriteriaUnmet"
+    assert status["unmetCriteria"] == 2 and status["criteriaCount"] == 2
+    assert status["blockers"][0]["count"] == 3
+    assert status["blockers"][0]["examples"] == ["cool-apps/alpha", "cool-apps/beta", "cool-apps/gamma"]
+    assert _cond(status, "Ready")["reason"] == "Enforcing"
+
+
+def test_not_blocking_once_dependents_are_gone(story):
+    """When the CRs and the CRD are gone, Blocking flips to False and blockers is empty."""
+    state, cs = story
+    for obj in list(state.objects()):
+        if obj.group_resource.group == "my.crd.group" or obj.group_resource == CRDS:
+            state.remove(obj.ref)
+    status = compute_status(cs, state, now=1_700_000_000)
+    assert _cond(status, "Blocking")["status"] == "False"
+    assert status["blockers"] == [] and status["unmetCriteria"] == 0
+
+
+def test_last_transition_time_moves_only_when_status_flips(story):
+    """Recomputing an unchanged status keeps lastTransitionTime; a flip updates it."""
+    state, cs = story
+    first = compute_status(cs, state, now=1_700_000_000)
+    again = compute_status(cs, state, now=1_700_000_600, previous=first)
+    assert _cond(again, "Blocking")["lastTransitionTime"] == _cond(first, "Blocking")["lastTransitionTime"]
+    assert same_status(first, again)
+    for obj in list(state.objects()):
+        if obj.group_resource.group == "my.crd.group" or obj.group_resource == CRDS:
+            state.remove(obj.ref)
+    flipped = compute_status(cs, state, now=1_700_000_900, previous=again)
+    assert _cond(flipped, "Blocking")["lastTransitionTime"] == "2023-11-14T22:28:20Z"
+    assert not same_status(again, flipped)
+
+
+def test_provider_uid_tracks_the_live_provider(story):
+    """providerUID is the uid of the provider object currently seen (re-creation changes it)."""
+    state, cs = story
+    provider = state.get(cs.provider)
+    state.upsert(KubeObject(provider.group_resource, provider.namespace, provider.name, uid="uid-2"))
+    assert compute_status(cs, state, now=0)["providerUID"] == "uid-2"
+
+
+def test_unserved_provider_type_is_not_ready(story):
+    """A provider whose type is not served makes Ready False with ProviderTypeNotServed."""
+    state, cs = story
+    import attrs
+
+    ghost = attrs.evolve(cs, provider=ObjectRef(cs.provider.group_resource.__class__("ghost.io", "ghosts"), "x", "y"))
+    status = compute_status(ghost, state, now=0)
+    assert _cond(status, "Ready")["status"] == "False"
+    assert _cond(status, "Ready")["reason"] == "ProviderTypeNotServed"
