@@ -1,0 +1,158 @@
+"""Keeps CriticalService status current and posts denial Events (the service's only writes).
+
+Every replica serves admission; only the leader writes status, elected through a
+coordination.k8s.io Lease with kubernetes.aio's LeaseLock (lease 15 s, renew deadline 10 s, retry
+2 s — client-go's defaults for controllers). On losing the lease the writer stops and campaigns
+again. Status PATCHes go to the /status subresource as merge patches and are skipped when nothing
+but timestamps would change (status.same_status), so a steady cluster costs no writes.
+
+Events need no leader: the replica that denied a deletion records it, through the rate-limited
+EventRecorder, so a retry loop produces one Event with a growing count. A dry-run denial records
+nothing (no side effects on dry run; the webhook declares sideEffects: None).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import structlog
+
+from .api import GROUP, PLURAL, VERSION
+from .decision import AdmissionRequest, Decision
+from .errors import StateUnavailable
+from .events import EventRecorder
+from .state import ClusterState
+from .status import compute_status, same_status
+
+log = structlog.get_logger("criticalsvc.status")
+
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15, 10, 2
+
+
+class StateSource(Protocol):
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def state(self) -> ClusterState: ...
+
+
+class StatusWriter:
+    def __init__(self, *, api_client: Any, source: StateSource, identity: str,
+                 namespace: str = "criticalsvc-system", lease_name: str = "criticalsvc-status",
+                 interval: float = 5.0, clock: Callable[[], float] = time.time,
+                 recorder: EventRecorder | None = None) -> None:
+        self.api_client = api_client
+        self.source = source
+        self.identity = identity
+        self.namespace = namespace
+        self.lease_name = lease_name
+        self.interval = interval
+        self.clock = clock
+        self.recorder = recorder or EventRecorder()
+        self.leading = False
+        self.writes = 0
+        self._written: dict[str, dict[str, Any]] = {}
+        self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1000)
+        self._wake = asyncio.Event()
+
+    # --- status (leader only) ---------------------------------------------------------------------
+    async def sync_once(self) -> int:
+        """Write every CriticalService's status that changed; returns the number of PATCHes."""
+        from kubernetes.aio import client
+
+        if not self.source.ready:
+            return 0
+        api = client.CustomObjectsApi(self.api_client)
+        state = self.source.state
+        written = 0
+        for cs in sorted(state.critical_services(), key=lambda c: c.name):
+            try:
+                status = compute_status(cs, state, now=self.clock(), previous=self._written.get(cs.name))
+            except StateUnavailable:
+                continue
+            if cs.name in self._written and same_status(self._written[cs.name], status):
+                continue
+            try:
+                await api.patch_cluster_custom_object_status(
+                    GROUP, VERSION, PLURAL, cs.name, {"status": status},
+                    _content_type="application/merge-patch+json")
+            except Exception as exc:  # a failed write is retried on the next round
+                log.warning("status write failed", critical_service=cs.name, error=str(exc))
+                continue
+            self._written[cs.name] = status
+            written += 1
+        self.writes += written
+        return written
+
+    def poke(self) -> None:
+        """Something changed (a denial, a cache event): write status soon rather than next interval."""
+        self._wake.set()
+
+    async def _lead(self) -> None:
+        self.leading = True
+        log.info("leading: writing CriticalService status", identity=self.identity)
+        try:
+            while True:
+                await self.sync_once()
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.interval)
+        finally:
+            self.leading = False
+
+    async def run_elected(self) -> None:
+        """Campaign for the Lease forever; write status while leading."""
+        from kubernetes.aio.leaderelection import electionconfig, leaderelection
+        from kubernetes.aio.leaderelection.resourcelock.leaselock import LeaseLock
+
+        while True:
+            lock = LeaseLock(self.lease_name, self.namespace, self.identity, self.api_client)
+            config = electionconfig.Config(lock, LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD,
+                                           self._lead, lambda: log.info("lost the status lease"))
+            try:
+                await leaderelection.LeaderElection(config).run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("leader election failed", error=str(exc))
+            await asyncio.sleep(RETRY_PERIOD)
+
+    # --- events (every replica) -------------------------------------------------------------------
+    def record(self, request: AdmissionRequest, decision: Decision) -> None:
+        """Queue Events for a denial (never blocks the admission path; drops when the queue is full)."""
+        if decision.allowed or request.dry_run or not decision.blocking:
+            return
+        state = self.source.state
+        uids = {cs.name: cs.uid for cs in state.critical_services()}
+        for service in decision.blocking:
+            event = self.recorder.denial(service=service, service_uid=uids.get(service, ""), target=request.ref,
+                                         message=decision.message, now=self.clock(), user=request.username)
+            if event is not None:
+                with contextlib.suppress(asyncio.QueueFull):
+                    self._events.put_nowait(event)
+        self.poke()
+
+    async def run_events(self) -> None:
+        from kubernetes.aio import client
+
+        core = client.CoreV1Api(self.api_client)
+        while True:
+            event = await self._events.get()
+            ns, name = event["metadata"]["namespace"], event["metadata"]["name"]
+            try:
+                if event["count"] > 1:
+                    await core.patch_namespaced_event(
+                        name, ns, {"count": event["count"], "lastTimestamp": event["lastTimestamp"],
+                                   "message": event["message"]},
+                        _content_type="application/merge-patch+json")
+                else:
+                    model = client.CoreV1Event.from_dict(event)
+                    assert model is not None  # from_dict returns None only for None input
+                    await core.create_namespaced_event(ns, model)
+            except Exception as exc:
+                log.warning("event write failed", event=name, error=str(exc))
