@@ -125,6 +125,24 @@ class RESTMapper:
         t = self._by_name.get((gr.group, gr.resource.lower()))
         return t.group_resource if t else None
 
+    def resolve_name(self, text: str) -> GroupResource | None:
+        """What kubectl accepts on its command line: `deploy`, `deployments.apps`, `Deployment`, `crd`.
+
+        A name without a group is looked up in every group, preferring the core group and then the
+        built-in groups, as kubectl's priority RESTMapper does.
+        """
+        name, _, group = text.partition(".")
+        if group:
+            hit = self.resolve(GroupResource(group, name))
+            if hit is not None:
+                return hit
+        candidates = [t for (g, n), t in self._by_name.items() if n == text.lower()]
+        if not candidates:
+            return None
+        builtin_groups = {t.group for t in WELL_KNOWN if t.group != "criticalsvc.io"}
+        candidates.sort(key=lambda t: (t.group != "", t.group not in builtin_groups, t.group))
+        return candidates[0].group_resource
+
     def lookup(self, gr: GroupResource) -> ResourceType | None:
         resolved = self.resolve(gr)
         return self._by_gr.get(resolved) if resolved else None

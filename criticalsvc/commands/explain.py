@@ -1,0 +1,46 @@
+"""`criticalsvc explain KIND/NAME [-n NS]`: would a DELETE be allowed now, and if not, why?"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..api import NAMESPACES, ObjectRef
+from ..errors import InvalidInput
+from ..explain import explain, render_text
+from ._source import add_source_arguments, load_source
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "explain", help="why can't I delete this? the gate's answer, criterion by criterion",
+        description="Show whether deleting KIND/NAME would be allowed now, and exactly what blocks it.")
+    p.add_argument("target", metavar="KIND/NAME", help="e.g. deployment/finalizer-deployment, ns/payments, csvc/x")
+    p.add_argument("-n", "--namespace", default="", help="namespace of a namespaced object")
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    add_source_arguments(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    kind, sep, name = args.target.partition("/")
+    if not sep or not kind or not name:
+        raise InvalidInput("KIND/NAME", f"expected KIND/NAME (e.g. deployment/web), got {args.target!r}")
+    state = load_source(args)
+    gr = state.mapper.resolve_name(kind)
+    if gr is None:
+        raise InvalidInput("KIND/NAME", f"the server doesn't have a resource type {kind!r}")
+    t = state.mapper.lookup(gr)
+    namespaced = t.namespaced if t is not None else bool(args.namespace)
+    if namespaced and not args.namespace:
+        raise InvalidInput("--namespace", f"{gr} is namespaced: say which namespace with -n")
+    target = ObjectRef(gr, args.namespace if namespaced and gr != NAMESPACES else "", name)
+    result = explain(target, state)
+    if args.output == "json":
+        json.dump(result.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_text(result))
+    return 0 if result.decision.allowed else 1

@@ -1,0 +1,107 @@
+"""Why can't I delete this? The gate's decision for a would-be DELETE, criterion by criterion.
+
+It builds the DELETE admission request the API server would send for the object and runs the same
+`decide` the webhook runs, then lays out every CriticalService that has a say and each of its
+criteria with the objects that block it — so the answer is the gate's, not a re-implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from . import criteria
+from .api import CRD_NAME, CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, ObjectRef
+from .criteria import Verdict
+from .decision import AdmissionRequest, Decision, decide
+from .state import ClusterState
+
+
+@attrs.frozen
+class ServiceReport:
+    service: CriticalService
+    role: str  # how the CriticalService relates to the target
+    verdicts: tuple[Verdict, ...]
+
+
+@attrs.frozen
+class Explanation:
+    target: ObjectRef
+    exists: bool
+    decision: Decision
+    services: tuple[ServiceReport, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": {"resource": str(self.target.group_resource), "namespace": self.target.namespace,
+                       "name": self.target.name},
+            "exists": self.exists,
+            "allowed": self.decision.allowed,
+            "rule": self.decision.rule.value,
+            "message": self.decision.message,
+            "warnings": list(self.decision.warnings),
+            "criticalServices": [
+                {"name": r.service.name, "role": r.role, "enforcement": r.service.enforcement.value,
+                 "criteria": [{"index": i, "satisfied": v.satisfied, "description": str(v.criterion),
+                               "count": v.count, "examples": [e.key for e in v.examples]}
+                              for i, v in enumerate(r.verdicts)]}
+                for r in self.services
+            ],
+        }
+
+
+def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | None = None) -> Explanation:
+    """The gate's answer for DELETE of `target` now, with every CriticalService that has a say."""
+    stored = state.get(target)
+    if obj is None and stored is not None:
+        metadata: dict[str, Any] = {"name": stored.name, "labels": dict(stored.labels)}
+        if stored.namespace:
+            metadata["namespace"] = stored.namespace
+        if stored.deletion_timestamp:
+            metadata["deletionTimestamp"] = stored.deletion_timestamp
+        obj = {"metadata": metadata}
+    request = AdmissionRequest(
+        uid="explain", group_resource=target.group_resource, operation="DELETE", name=target.name,
+        namespace=target.name if target.group_resource == NAMESPACES else target.namespace,
+        old_object=obj, username="criticalsvc-explain")
+    decision = decide(request, state)
+    reports: list[ServiceReport] = []
+
+    def add(cs: CriticalService, role: str) -> None:
+        reports.append(ServiceReport(cs, role, tuple(criteria.evaluate(c, state) for c in cs.criteria)))
+
+    for cs in sorted(state.protecting(target), key=lambda c: c.name):
+        add(cs, "protects it (it is the provider)")
+    if target.group_resource == NAMESPACES:
+        for cs in sorted(state.hosted_in(target.name), key=lambda c: c.name):
+            add(cs, f"protects {cs.provider}, which lives in this namespace")
+    if target.group_resource == CRITICAL_SERVICES:
+        for cs in state.critical_services():
+            if cs.name == target.name:
+                add(cs, "is the object itself (it goes after its provider)")
+    if target.group_resource == CRDS and target.name == CRD_NAME:
+        for cs in sorted(state.critical_services(), key=lambda c: c.name):
+            add(cs, "would be removed without admission with its CRD")
+    return Explanation(target, stored is not None, decision, tuple(reports))
+
+
+def render_text(e: Explanation) -> str:
+    verdict = "ALLOWED" if e.decision.allowed else "DENIED"
+    lines = [f"DELETE {e.target}: {verdict} now (rule: {e.decision.rule.value})"]
+    if not e.exists:
+        lines.append("  (the object does not exist in the cluster state; showing what the gate would say)")
+    if not e.services:
+        lines.append("  No CriticalService has a say in this deletion.")
+    for r in e.services:
+        lines.append(f"  CriticalService {r.service.name} ({r.service.enforcement.value}) {r.role}:")
+        for i, v in enumerate(r.verdicts):
+            mark = "met  " if v.satisfied else "UNMET"
+            detail = "" if v.satisfied else f" - {v.describe()}"
+            lines.append(f"    [{mark}] criteria[{i}] {v.criterion}{detail}")
+    if not e.decision.allowed:
+        lines.append(f"  Message: {e.decision.message}")
+    for w in e.decision.warnings:
+        lines.append(f"  Warning: {w}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,86 @@
+"""`explain` and `graph` on a snapshot: the gate's own answer, laid out for a person."""
+
+import json
+import textwrap
+
+from criticalsvc.cli import main
+
+STORY = "api/examples/reference-story.yaml"
+
+
+def test_explain_names_each_unmet_criterion(capsys):
+    """explain of the provider lists the CriticalService and both unmet criteria, and exits 1 (denied)."""
+    code = main(["explain", "deployment/finalizer-deployment", "-n", "finalizer-namespace", "--state", STORY])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "DENIED" in out and "for-finalizer-deployment" in out
+    assert out.count("[UNMET]") == 2
+    assert "cool-apps/alpha, cool-apps/beta, cool-apps/gamma" in out
+
+
+def test_explain_json_matches_the_decision(capsys):
+    """explain -o json reports allowed=false and the per-criterion verdicts for a namespace."""
+    code = main(["explain", "ns/finalizer-namespace", "--state", STORY, "-o", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1 and data["allowed"] is False
+    (cs,) = data["criticalServices"]
+    assert [c["satisfied"] for c in cs["criteria"]] == [False, False]
+    assert cs["criteria"][0]["count"] == 3
+
+
+def test_explain_allows_an_unprotected_object(capsys):
+    """An object no CriticalService protects is ALLOWED, exit 0."""
+    code = main(["explain", "ns/cool-apps", "--state", STORY])
+    assert code == 0 and "ALLOWED" in capsys.readouterr().out
+
+
+def test_explain_rejects_bad_targets(capsys):
+    """A malformed KIND/NAME, an unknown kind and a missing -n each exit 2 with one line."""
+    for argv in (["explain", "nokind", "--state", STORY], ["explain", "gizmo/x", "--state", STORY],
+                 ["explain", "deploy/x", "--state", STORY]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("criticalsvc explain:")
+
+
+def _cs(name, provider_ns, provider, criterion):
+    return textwrap.dedent(f"""\
+        apiVersion: criticalsvc.io/v1alpha1
+        kind: CriticalService
+        metadata: {{name: {name}}}
+        spec:
+          provider: {{group: apps, resource: deployments, namespace: {provider_ns}, name: {provider}}}
+          criteria:
+          - {criterion}
+        ---
+        """)
+
+
+def test_graph_marks_a_cycle_and_exits_1(tmp_path, capsys):
+    """Two CriticalServices waiting for each other's providers are printed as a cycle, exit 1."""
+    snap = tmp_path / "state.yaml"
+    snap.write_text(
+        _cs("a", "ns-a", "pa", "{type: SpecificResource, specificResource: {group: apps, resource: deployments, "
+                               "namespace: ns-b, name: pb}}")
+        + _cs("b", "ns-b", "pb", "{type: SpecificResource, specificResource: {group: apps, resource: deployments, "
+                                 "namespace: ns-a, name: pa}}"))
+    code = main(["graph", "--state", str(snap)])
+    out = capsys.readouterr().out
+    assert code == 1 and "CYCLE: a -> b -> a" in out
+    assert main(["graph", "--state", str(snap), "-o", "dot"]) == 1
+    assert "color=red" in capsys.readouterr().out
+
+
+def test_graph_orders_independent_chains(tmp_path, capsys):
+    """A chain a waits for b is printed as two teardown phases, b first, exit 0."""
+    snap = tmp_path / "state.yaml"
+    snap.write_text(
+        _cs("a", "ns-a", "pa", "{type: SpecificResource, specificResource: {group: apps, resource: deployments, "
+                               "namespace: ns-b, name: pb}}")
+        + _cs("b", "ns-b", "pb", "{type: Resources, resources: {group: '', resource: pods, namespace: ns-c}}"))
+    code = main(["graph", "--state", str(snap)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "teardown phase 1: b" in out and "teardown phase 2: a" in out
+    assert main(["graph", "--state", str(snap), "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["edges"][0]["from"] == "b"
