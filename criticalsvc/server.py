@@ -1,0 +1,407 @@
+"""The webhook's HTTP layer: a starlette app that answers AdmissionReviews with the pure `decide`.
+
+    POST /validate   AdmissionReview v1 in, AdmissionReview out (every gated DELETE and the
+                     CriticalService CREATE/UPDATE share this one path: `decide` tells them apart)
+    GET  /healthz    200 while the process serves at all
+    GET  /readyz     200 when the state source is ready, else 503 with the reason
+    GET  /metrics    Prometheus text (criticalsvc.metrics)
+
+`Webhook.webhook_app()` serves all four (the TLS listener); `Webhook.ops_app()` serves only the last
+three (the plain-HTTP ops listener, so probes and scrapes work when client certificates are required).
+
+Where the state comes from is not this module's business: a `StateSource` says whether it is
+`ready` and hands out a `ClusterState` (`state`). `serve --state` uses `StaticStateSource`; the live
+service plugs in its watch caches (`criticalsvc.cache.CacheState`: ready = every cache synced) and a
+`Confirm` callback that decides again on fresh reads from the API server. Which cache decisions are
+sent to it is `needs_confirmation`'s call (default: every ALLOW a CriticalService had a say in); the
+live reader's own `needs_confirmation` can be passed to also confirm, e.g., unprotected namespaces.
+
+Answers, in the order they are checked:
+
+    413  body over max_body_bytes (Content-Length, or counted while streaming; never read in full)
+    400  not an AdmissionReview v1: wrong Content-Type, not JSON, not an object, bad apiVersion/kind,
+         no request.uid ... ; the JSON body {"error": "<field path>: <problem>"} names the field
+    503  the state source is not ready; the API server then applies the webhook's failurePolicy
+         (k8s-semantics.md §1.5) - the gate does not guess on unsynced data
+    200  an AdmissionReview response; an unexpected exception while deciding becomes a DENY (fail
+         closed) with the exception logged, never a 500
+
+The decision runs in the event loop: `decide` is pure and takes well under a millisecond (it reads
+indexes, O(matching CriticalServices)), so a thread hop would cost more than it saves. Only the
+confirmation awaits I/O, bounded by `confirm_timeout`.
+
+Each answered review produces exactly one log line (`event="decision"`) with the request's identity
+and the outcome, never object contents; a break-glass deletion is logged at warning level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter as Tally
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+from structlog.typing import FilteringBoundLogger
+
+from .admission import parse_review, render_response
+from .decision import AdmissionRequest, Decision, Rule, decide, deny
+from .errors import MalformedReview
+from .logs import get_logger
+from .metrics import REJECT_MALFORMED, REJECT_NOT_READY, REJECT_TOO_LARGE, Metrics
+from .state import ClusterState, MemoryState
+
+# The API server refuses to decode a write request body over 3 MiB (MaxRequestBodyBytes in
+# k8s.io/apiserver/pkg/server/config.go: twice etcd's recommended 1.5 MB request size, because JSON is
+# bigger than the stored protobuf), so no object it sends us in a review can be bigger; Kubernetes' own
+# pod-security-admission webhook caps AdmissionReview bodies at the same 3 MiB. A DELETE review
+# carries one object (oldObject), a CriticalService UPDATE two small ones.
+DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+# An outer bound on the live confirmation. The callback should keep its own, shorter budget (the live
+# reader uses 2 s) so that its more precise denial is the usual one; this one catches a callback that
+# hangs. The API server waits timeoutSeconds for the whole call (v1 default 10 s, k8s-semantics.md §7;
+# deploy/base/webhook.yaml sets 5 s), so 3 s still leaves room for the rest of the request.
+DEFAULT_CONFIRM_TIMEOUT = 3.0
+
+JSON = "application/json"
+ERROR_LIMIT = 300  # characters of a 400/413/503 error line
+
+
+class StateSource(Protocol):
+    """Where the webhook reads the cluster from: the live watch caches, a snapshot, a test's state.
+
+    `ready` is read on every review and must be cheap; `state` is what `decide` reads (its questions
+    may raise StateUnavailable, which `decide` turns into a denial). `criticalsvc.cache.CacheState`
+    fits as it is. Two optional methods are used when present:
+
+        unsynced() -> Sequence[str]       what is not ready yet (for /readyz and 503 bodies)
+        counts() -> Mapping[str, int]     objects held per resource (criticalsvc_cache_objects)
+    """
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def state(self) -> ClusterState: ...
+
+
+@runtime_checkable
+class ExplainsReadiness(Protocol):
+    def unsynced(self) -> Sequence[str]: ...
+
+
+@runtime_checkable
+class CountsObjects(Protocol):
+    def counts(self) -> Mapping[str, int]: ...
+
+
+# The live confirmation: given the request and the cache's decision (an ALLOW that needs_confirmation
+# picked), read the deciding facts fresh from the API server and return the decision to send (ALLOW or
+# DENY). Raising, or not answering within confirm_timeout, makes the webhook DENY ("could not verify").
+Confirm = Callable[[AdmissionRequest, Decision], Awaitable[Decision]]
+# Which cache decisions go to `confirm`; the default asks for every ALLOW a CriticalService had a say in.
+NeedsConfirmation = Callable[[AdmissionRequest, Decision], bool]
+
+
+def allowed_and_protected(request: AdmissionRequest, decision: Decision) -> bool:
+    """The default NeedsConfirmation: an ALLOW of something a CriticalService protects."""
+    return decision.allowed and decision.protected
+
+
+class StaticStateSource:
+    """A state that needs no syncing (a snapshot file, a test's MemoryState); readiness can be set."""
+
+    def __init__(self, state: ClusterState, *, ready: bool = True, waiting_for: str = "") -> None:
+        self._state = state
+        self._ready, self._waiting_for = ready, waiting_for
+
+    def set_readiness(self, ready: bool, waiting_for: str = "") -> None:
+        self._ready, self._waiting_for = ready, waiting_for
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    @property
+    def state(self) -> ClusterState:
+        return self._state
+
+    def unsynced(self) -> list[str]:
+        return [] if self._ready or not self._waiting_for else [self._waiting_for]
+
+    def counts(self) -> dict[str, int]:
+        if not isinstance(self._state, MemoryState):
+            return {}
+        return dict(Tally(str(obj.group_resource) for obj in self._state.objects()))
+
+
+class Webhook:
+    """The request handlers and what they need; `webhook_app()` / `ops_app()` wrap them as ASGI apps."""
+
+    def __init__(
+        self,
+        source: StateSource,
+        *,
+        confirm: Confirm | None = None,
+        needs_confirmation: NeedsConfirmation = allowed_and_protected,
+        metrics: Metrics | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
+    ) -> None:
+        if max_body_bytes <= 0:
+            raise ValueError("max_body_bytes must be positive")
+        self.source = source
+        self.confirm = confirm
+        self.needs_confirmation = needs_confirmation
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.max_body_bytes = max_body_bytes
+        self.confirm_timeout = confirm_timeout
+        self.log: FilteringBoundLogger = get_logger("criticalsvc.server")
+        if isinstance(source, CountsObjects):
+            self.metrics.observe_cache_objects(source.counts)
+
+    # --- apps -------------------------------------------------------------------------------------
+    def webhook_app(self) -> Starlette:
+        """/validate plus the ops endpoints: what the TLS listener serves."""
+        return self._app([Route("/validate", self.validate, methods=["POST"]), *self._ops_routes()])
+
+    def ops_app(self) -> Starlette:
+        """/healthz, /readyz and /metrics only: what the plain-HTTP ops listener serves."""
+        return self._app(self._ops_routes())
+
+    def _ops_routes(self) -> list[Route]:
+        return [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/readyz", self.readyz, methods=["GET"]),
+            Route("/metrics", self.metrics_endpoint, methods=["GET"]),
+        ]
+
+    def _app(self, routes: list[Route]) -> Starlette:
+        app = Starlette(routes=routes)
+        app.state.webhook = self
+        return app
+
+    # --- ops endpoints ------------------------------------------------------------------------------
+    async def healthz(self, request: Request) -> Response:
+        return Response(b"ok\n", media_type="text/plain")
+
+    async def readyz(self, request: Request) -> Response:
+        if self.source.ready:
+            return _json({"ready": True})
+        return _json({"ready": False, "reason": self._not_ready_reason()}, status=503)
+
+    def _not_ready_reason(self) -> str:
+        if isinstance(self.source, ExplainsReadiness):
+            waiting = list(self.source.unsynced())
+            if waiting:
+                return "waiting for " + ", ".join(waiting)
+        return "the cluster state is not synced yet"
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        body, content_type = self.metrics.exposition()
+        return Response(body, headers={"content-type": content_type})
+
+    # --- /validate ----------------------------------------------------------------------------------
+    async def validate(self, request: Request) -> Response:
+        started = time.perf_counter()
+        uid = ""
+        try:
+            rejected, review = await self._read_review(request)
+            if rejected is not None:
+                return rejected
+            uid = _uid_of(review)
+            try:
+                admission = parse_review(review)
+            except MalformedReview as exc:
+                return self._reject(400, REJECT_MALFORMED, str(exc))
+            if not self.source.ready:
+                return self._reject(503, REJECT_NOT_READY, f"not ready: {self._not_ready_reason()}")
+            return await self._answer(admission, self.source.state, started)
+        except Exception as exc:  # a bug of ours: still a well-formed answer, and a denial when possible
+            self.metrics.decision_errors.inc()
+            self.log.exception("request failed", uid=uid)
+            if uid:
+                return _json(render_response(uid, _internal_error_decision(exc)))
+            return self._reject(400, REJECT_MALFORMED, f"the request could not be processed ({type(exc).__name__})")
+
+    async def _read_review(self, request: Request) -> tuple[Response | None, Any]:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            return self._too_large(f"{length} bytes"), None
+        content_type = request.headers.get("content-type", "")
+        if content_type.split(";", 1)[0].strip().lower() != JSON:
+            return self._reject(400, REJECT_MALFORMED,
+                                f"Content-Type: expected {JSON}, got {content_type or 'none'}"), None
+        chunks: list[bytes] = []
+        size = 0
+        stream = request.stream()
+        try:
+            async for chunk in stream:
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    return self._too_large(f"more than {self.max_body_bytes} bytes"), None
+                chunks.append(chunk)
+        except ClientDisconnect:
+            return self._reject(400, REJECT_MALFORMED, "body: the client disconnected before sending it all"), None
+        finally:
+            await stream.aclose()
+        body = b"".join(chunks)
+        if not body:
+            return self._reject(400, REJECT_MALFORMED, "body: empty; expected an AdmissionReview"), None
+        try:
+            review = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return self._reject(400, REJECT_MALFORMED, f"body: not valid JSON: {exc}"), None
+        if not isinstance(review, dict):
+            return self._reject(400, REJECT_MALFORMED,
+                                f"body: an AdmissionReview must be a JSON object, got {_json_type(review)}"), None
+        return None, review
+
+    async def _answer(self, admission: AdmissionRequest, state: ClusterState, started: float) -> Response:
+        try:
+            decision = decide(admission, state)
+        except Exception as exc:  # decide is pure and total by design; if it fails anyway, fail closed
+            self.metrics.decision_errors.inc()
+            self.log.exception("decision failed", uid=admission.uid)
+            decision = _internal_error_decision(exc)
+        live = ""
+        if self.confirm is not None and self.needs_confirmation(admission, decision):
+            decision, live = await self._confirmed(admission, decision)
+        body = orjson.dumps(render_response(admission.uid, decision))
+        elapsed = time.perf_counter() - started
+        self._record(admission, decision, live, elapsed)
+        return Response(body, media_type=JSON)
+
+    async def _confirmed(self, admission: AdmissionRequest, decision: Decision) -> tuple[Decision, str]:
+        """The confirm callback's verdict on the cache's decision; a DENY when it cannot give one."""
+        assert self.confirm is not None
+        budget = asyncio.timeout(self.confirm_timeout)
+        try:
+            async with budget:
+                result = await self.confirm(admission, decision)
+            if not isinstance(result, Decision):
+                raise TypeError(f"the confirmation returned {type(result).__name__}, not a Decision")
+        except Exception as exc:
+            timed_out = isinstance(exc, TimeoutError) and budget.expired()
+            self.metrics.live_confirmations.labels("failed").inc()
+            self.metrics.live_confirmation_failures.labels("timeout" if timed_out else "error").inc()
+            why = f"no answer within {self.confirm_timeout:g} s" if timed_out else _one_line(exc)
+            self.log.warning("live confirmation failed", uid=admission.uid, error=why)
+            return _unverified(decision, why), "failed"
+        outcome = "allowed" if result.allowed else "denied"
+        self.metrics.live_confirmations.labels(outcome).inc()
+        return result, outcome
+
+    def _record(self, admission: AdmissionRequest, decision: Decision, live: str, elapsed: float) -> None:
+        resource = str(admission.group_resource)
+        result = "allowed" if decision.allowed else "denied"
+        self.metrics.decisions.labels(resource, admission.operation, result, decision.rule.value).inc()
+        self.metrics.decision_duration.observe(elapsed)
+        fields: dict[str, Any] = {
+            "uid": admission.uid,
+            "user": admission.username,
+            "operation": admission.operation,
+            "resource": resource,
+            "namespace": admission.namespace,
+            "name": admission.name or _old_name(admission),
+            "dry_run": admission.dry_run,
+            "result": result,
+            "rule": decision.rule.value,
+            "latency_ms": round(elapsed * 1000, 3),
+        }
+        if not decision.allowed:
+            fields["code"] = decision.code
+            fields["message"] = decision.message
+        if decision.warnings:
+            fields["warnings"] = list(decision.warnings)
+        if decision.blocking:
+            fields["blocking"] = list(decision.blocking)
+        if live:
+            fields["live_confirmation"] = live
+        if decision.allowed and decision.break_glass:
+            self.metrics.break_glass.labels(resource).inc()
+            self.log.warning("decision", break_glass=decision.break_glass, **fields)
+        else:
+            self.log.info("decision", **fields)
+
+    # --- rejections ---------------------------------------------------------------------------------
+    def _reject(self, status: int, reason: str, error: str, *, headers: Mapping[str, str] | None = None) -> Response:
+        # Errors quote what was sent (an apiVersion, a Content-Type): keep a hostile value from
+        # filling the log or the reply.
+        error = error if len(error) <= ERROR_LIMIT else error[: ERROR_LIMIT - 1] + "…"
+        self.metrics.requests_rejected.labels(reason).inc()
+        self.log.warning("request rejected", status=status, reason=reason, error=error)
+        return _json({"error": error}, status=status, headers=headers)
+
+    def _too_large(self, size: str) -> Response:
+        # The rest of the body stays unread, so the connection cannot carry another request: say so.
+        return self._reject(413, REJECT_TOO_LARGE,
+                            f"body: {size} is over the limit of {self.max_body_bytes} bytes",
+                            headers={"connection": "close"})
+
+
+def create_app(source: StateSource, **options: Any) -> Starlette:
+    """The full webhook app (/validate and the ops endpoints) for `source`; options as for `Webhook`."""
+    return Webhook(source, **options).webhook_app()
+
+
+def _unverified(decision: Decision, why: str) -> Decision:
+    return deny(Rule.UNVERIFIABLE, "criticalsvc could not verify the cluster state with a fresh read from the "
+                f"API server ({why}), so it does not allow this deletion yet; retry shortly",
+                protected=True, blocking=decision.blocking)
+
+
+def _internal_error_decision(exc: BaseException) -> Decision:
+    return deny(Rule.UNVERIFIABLE, f"criticalsvc failed while evaluating this request ({type(exc).__name__}), "
+                "so it does not allow it; the service log has the details", protected=True)
+
+
+def _uid_of(review: Any) -> str:
+    request = review.get("request") if isinstance(review, dict) else None
+    uid = request.get("uid") if isinstance(request, dict) else None
+    return uid if isinstance(uid, str) else ""
+
+
+def _old_name(admission: AdmissionRequest) -> str:
+    # Items of a deletecollection arrive with name "" (k8s-semantics.md §1.1): the name is in oldObject.
+    old = admission.old_object
+    metadata = old.get("metadata") if old is not None else None
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}.get(
+        type(value), type(value).__name__)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = text if len(text) <= 200 else text[:199] + "…"
+    return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
+
+
+def _json(content: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(content), status_code=status, headers=headers, media_type=JSON)
+
+
+__all__ = [
+    "DEFAULT_CONFIRM_TIMEOUT",
+    "DEFAULT_MAX_BODY_BYTES",
+    "Confirm",
+    "CountsObjects",
+    "ExplainsReadiness",
+    "NeedsConfirmation",
+    "StateSource",
+    "StaticStateSource",
+    "Webhook",
+    "allowed_and_protected",
+    "create_app",
+]
