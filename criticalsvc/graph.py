@@ -152,13 +152,18 @@ def plan(objects: Sequence[KubeObject], services: Iterable[CriticalService], sta
     return Plan(graph, (), tuple(u for u, _v, *_ in cycle))
 
 
+def _dot_id(value: object) -> str:
+    # Some kinds allow '"' and '\\' in names (RBAC: anything but '/' and '%'); DOT needs them escaped.
+    return str(value).replace("\\", "\\\\").replace('"', '\\"')
+
+
 def to_dot(graph: nx.DiGraph, *, name: str = "teardown") -> str:
     lines = [f"digraph {name} {{", "  rankdir=LR;"]
     for n in sorted(graph.nodes, key=str):
-        lines.append(f'  "{n}";')
+        lines.append(f'  "{_dot_id(n)}";')
     for u, v, data in sorted(graph.edges(data=True), key=lambda e: (str(e[0]), str(e[1]))):
         label = data.get("why", "")
-        lines.append(f'  "{u}" -> "{v}"' + (f' [label="{label}"]' if label else "") + ";")
+        lines.append(f'  "{_dot_id(u)}" -> "{_dot_id(v)}"' + (f' [label="{_dot_id(label)}"]' if label else "") + ";")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -167,7 +172,7 @@ def to_mermaid(graph: nx.DiGraph) -> str:
     ids = {n: f"n{i}" for i, n in enumerate(sorted(graph.nodes, key=str))}
     lines = ["flowchart LR"]
     for n, i in ids.items():
-        lines.append(f'  {i}["{n}"]')
+        lines.append(f'  {i}["{str(n).replace(chr(34), "#quot;")}"]')  # mermaid's entity for '"'
     for u, v in sorted(graph.edges, key=lambda e: (str(e[0]), str(e[1]))):
         lines.append(f"  {ids[u]} --> {ids[v]}")
     return "\n".join(lines) + "\n"

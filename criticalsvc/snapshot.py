@@ -15,7 +15,7 @@ from .api import API_VERSION, CRDS, KIND, parse_critical_service
 from .errors import InvalidInput, MalformedManifest
 from .manifests import Manifest
 from .objects import KubeObject, project
-from .restmapper import RESTMapper
+from .restmapper import ResourceType, RESTMapper, guess_resource
 from .state import MemoryState
 
 
@@ -30,6 +30,14 @@ def build_state(manifests: Iterable[Manifest], *, mapper: RESTMapper | None = No
     for m in manifests:
         if state.mapper.resource_for_kind(m.api_version, m.kind) == CRDS:
             state.mapper.learn_crd(m.obj)
+    for m in manifests:
+        # An instance proves its type is served even when the snapshot omits the CRD (`kubectl get
+        # coolresources -A -o yaml`); unregistered, its criteria would read as met and ALLOW a protected delete.
+        group, _, version = m.api_version.rpartition("/")
+        if state.mapper.for_kind(group, m.kind) is None:
+            metadata = m.obj.get("metadata")
+            namespaced = isinstance(metadata, Mapping) and bool(metadata.get("namespace"))
+            state.mapper.add(ResourceType(group, version, m.kind, guess_resource(m.kind), m.kind.lower(), namespaced))
     for m in manifests:
         add_manifest(state, m)
     return state
