@@ -28,10 +28,13 @@ Modelled (k8s-semantics.md):
 from __future__ import annotations
 
 import builtins
+import collections
+import contextlib
 import copy
 import itertools
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -134,6 +137,9 @@ class Store:
         self.state = MemoryState(mapper)
         self.webhooks = list(webhooks)
         self._objects: dict[Key, dict[str, Any]] = {}
+        # Names per (resource, namespace): a namespace controller or CRD cleanup lists one resource in
+        # one namespace per call, which must cost O(matching), not O(cluster), at 10,000 objects.
+        self._names: dict[tuple[GroupResource, str], set[str]] = {}
         self._rv = itertools.count(1)
         self.resource_version = 0
         self.events: list[WatchEvent] = []
@@ -141,6 +147,12 @@ class Store:
         self._listeners: list[Callable[[WatchEvent], None]] = []
         self._uids = (f"00000000-0000-4000-8000-{i:012d}" for i in itertools.count(1))
         self._review_ids = itertools.count(1)
+        # Entered around every webhook call. The HTTP stand-in (sim/apiserver.py) lets readers in
+        # while a write waits on a webhook, so a webhook that reads the API server back does not deadlock.
+        self.around_webhook_call: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
+        # Warnings of webhook replies, recorded even on denial [D1]; the HTTP face clears this before a
+        # request and returns what it holds afterwards as `Warning` headers (kubectl prints them).
+        self.admission_warnings: collections.deque[str] = collections.deque(maxlen=64)
 
     @property
     def mapper(self) -> RESTMapper:
@@ -154,13 +166,23 @@ class Store:
     def exists(self, gr: GroupResource, namespace: str, name: str) -> bool:
         return (gr, namespace, name) in self._objects
 
+    def _keys(self, gr: GroupResource, namespace: str | None) -> builtins.list[Key]:
+        """Keys of gr (in namespace), sorted by (namespace, name): storage key order."""
+        if namespace is not None:
+            return [(gr, namespace, n) for n in sorted(self._names.get((gr, namespace), ()))]
+        return sorted(((g, ns, n) for (g, ns), names in self._names.items() if g == gr for n in names),
+                      key=lambda k: k[1:])
+
     def list(self, gr: GroupResource, namespace: str | None = None) -> list[dict[str, Any]]:
-        return [copy.deepcopy(o) for (g, ns, _n), o in sorted(self._objects.items(), key=lambda kv: kv[0][1:])
-                if g == gr and (namespace is None or ns == namespace)]
+        return [copy.deepcopy(self._objects[k]) for k in self._keys(gr, namespace)]
 
     def refs(self, gr: GroupResource | None = None, namespace: str | None = None) -> Iterator[ObjectRef]:
+        if gr is not None:
+            for g, ns, n in self._keys(gr, namespace):
+                yield ObjectRef(g, ns, n)
+            return
         for g, ns, n in sorted(self._objects, key=lambda k: (str(k[0]), k[1], k[2])):
-            if (gr is None or g == gr) and (namespace is None or ns == namespace):
+            if namespace is None or ns == namespace:
                 yield ObjectRef(g, ns, n)
 
     def count(self) -> int:
@@ -218,6 +240,7 @@ class Store:
         self._bump(obj)
         md = obj["metadata"]
         self._objects[(gr, md.get("namespace", ""), md["name"])] = obj
+        self._names.setdefault((gr, md.get("namespace", "")), set()).add(md["name"])
         self._index(gr, obj)
         self._emit(event, gr, obj)
         return copy.deepcopy(obj)
@@ -225,6 +248,11 @@ class Store:
     def _remove(self, gr: GroupResource, obj: dict[str, Any]) -> dict[str, Any]:
         md = obj["metadata"]
         del self._objects[(gr, md.get("namespace", ""), md["name"])]
+        names = self._names.get((gr, md.get("namespace", "")))
+        if names is not None:
+            names.discard(md["name"])
+            if not names:
+                del self._names[(gr, md.get("namespace", ""))]
         self._bump(obj)
         self._unindex(gr, obj)
         self._emit("DELETED", gr, obj)
@@ -416,13 +444,19 @@ class Store:
             return DeleteResult("marked", self._store(gr, obj, "MODIFIED"))
         return DeleteResult("deleted", self._remove(gr, obj))
 
-    def delete_collection(self, gr: GroupResource, namespace: str, *, user: str = "admin",
-                          admission: bool = True) -> builtins.list[DeleteResult]:
-        """deletecollection with one worker: stop at the first error, keep what was done [S1][S2]."""
+    def delete_collection(self, gr: GroupResource, namespace: str | None, *, user: str = "admin",
+                          admission: bool = True, dry_run: bool = False,
+                          where: Callable[[Mapping[str, Any]], bool] | None = None) -> builtins.list[DeleteResult]:
+        """deletecollection with one worker: stop at the first error, keep what was done [S1][S2].
+
+        `namespace=None` spans all namespaces; `where` filters items (label/field selectors).
+        """
         results: builtins.list[DeleteResult] = []
         for ref in list(self.refs(gr, namespace)):
+            if where is not None and not where(self._objects.get((gr, ref.namespace, ref.name)) or {}):
+                continue
             try:
-                results.append(self.delete(ref, user=user, admission=admission, _collection=True))
+                results.append(self.delete(ref, user=user, admission=admission, dry_run=dry_run, _collection=True))
             except APIError as exc:
                 if exc.code == 404:
                     continue
@@ -439,7 +473,8 @@ class Store:
             review = self.admission_review(operation, gr, obj, old, name=name, namespace=namespace, user=user,
                                            dry_run=dry_run, propagation=propagation)
             try:
-                reply = webhook.hook(review)
+                with self.around_webhook_call():
+                    reply = webhook.hook(review)
                 response = reply["response"]
                 wrong_uid = response.get("uid") != review["request"]["uid"]
                 if reply.get("apiVersion") != "admission.k8s.io/v1" or wrong_uid:
@@ -450,6 +485,9 @@ class Store:
                     continue
                 raise APIError(500, "InternalError", f'Internal error occurred: failed calling webhook '
                                f'"{webhook.name}": {exc}') from exc
+            warnings = response.get("warnings")
+            if isinstance(warnings, list):
+                self.admission_warnings.extend(str(w) for w in warnings)
             if not allowed:
                 status = response.get("status") or {}
                 code = int(status.get("code") or 0)

@@ -1,0 +1,311 @@
+"""Calling a validating webhook over HTTPS the way kube-apiserver does, and registering webhooks.
+
+The call (k8s-semantics.md §1, §1.5, §7):
+
+* `POST <url>?timeout=<N>s` with the AdmissionReview v1 JSON the store built, `Content-Type:
+  application/json`, over HTTP/1.1 and TLS. The server certificate is verified against the
+  configuration's `caBundle` and the URL's host (an IP host needs an IP SAN); a client certificate is
+  presented when one is configured (the API server's `--admission-control-config-file` kubeconfig).
+* `timeoutSeconds` defaults to 10 s [A2]. httpx applies it per phase (connect, write, read), not to
+  the whole exchange; a webhook that trickles bytes could take longer, which no real webhook does.
+* A failed call raises WebhookCallError, and the store applies `failurePolicy` to it [D1]: transport
+  errors and timeouts, any non-2xx status, a body that is not JSON, a reply that is not an
+  `admission.k8s.io/v1` AdmissionReview, a missing `response`, a `response.uid` that is not the
+  request's, an `allowed` that is not a boolean [D2]. The messages follow the API server's, so the
+  client sees `Internal error occurred: failed calling webhook "<name>": failed to call webhook: ...`.
+
+Threading: a WebhookClient blocks. The store calls hooks synchronously inside a write; the HTTP
+stand-in (apiserver.py) runs every write on its own writer thread, never on the event loop, so a
+webhook served by the same process (same loop) can answer, and it lets readers in while the call is
+out (`Store.around_webhook_call`), so a webhook that reads the API server back does not deadlock.
+
+Registration: `webhooks_from_configuration` turns a ValidatingWebhookConfiguration (as a dict) into
+store Webhooks with the real matching rules: operations, apiGroups, apiVersions, resources with `*`,
+scope, and namespaceSelector evaluated on the namespace's labels (on a Namespace's own labels; never
+skipping other cluster-scoped objects) [A2][D4]. objectSelector and matchConditions are not modelled.
+Admission-configuration objects themselves are never sent to webhooks [D5].
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import attrs
+import httpx
+
+from ..api import NAMESPACES, GroupResource
+from ..errors import CriticalsvcError, InvalidInput, InvalidSpec
+from ..labels import LabelSelector, parse_label_selector
+from .store import Store, Webhook, WebhookRule
+
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "ConfiguredWebhook",
+    "RuleSpec",
+    "WebhookCallError",
+    "WebhookClient",
+    "register_webhooks",
+    "verify_response",
+    "webhooks_from_configuration",
+]
+
+# admissionregistration.k8s.io/v1 defaults [A2].
+DEFAULT_TIMEOUT_SECONDS = 10
+DEFAULT_FAILURE_POLICY: Literal["Fail"] = "Fail"
+# IsExemptAdmissionConfigurationResource: never sent to webhooks, so a broken webhook can be removed [D5].
+EXEMPT = frozenset({
+    GroupResource("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+    GroupResource("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+    GroupResource("admissionregistration.k8s.io", "validatingadmissionpolicies"),
+    GroupResource("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
+})
+ADMISSION_API_VERSION = "admission.k8s.io/v1"
+
+
+class WebhookCallError(CriticalsvcError):
+    """The webhook could not be called or its reply is unusable; failurePolicy decides [D1][D2]."""
+
+
+class WebhookClient:
+    """An AdmissionHook that POSTs the review to `url`; keeps one connection pool per webhook."""
+
+    def __init__(self, url: str, *, ca_bundle: bytes | str | None = None,
+                 client_cert: tuple[str, str] | None = None,
+                 timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+        if not url.startswith("https://"):
+            raise InvalidInput("clientConfig.url", f"must be an https:// URL, got {url!r}")  # [A2]
+        self.url = url
+        self.timeout_seconds = timeout_seconds
+        context = ssl.create_default_context(
+            cadata=ca_bundle.decode() if isinstance(ca_bundle, bytes) else ca_bundle)
+        if client_cert is not None:
+            context.load_cert_chain(*client_cert)
+        self._client = httpx.Client(
+            verify=context, timeout=httpx.Timeout(timeout_seconds), http1=True, http2=False,
+            headers={"Accept": "application/json, */*", "User-Agent": "kube-apiserver-admission"})
+        # The API server appends its timeout to the webhook URL (rest client `Timeout`).
+        self._params = {"timeout": f"{timeout_seconds:g}s"}
+
+    def __call__(self, review: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply = self._client.post(self.url, params=self._params, content=json.dumps(review).encode(),
+                                      headers={"Content-Type": "application/json"})
+        except httpx.TimeoutException as exc:
+            raise WebhookCallError(f'failed to call webhook: Post "{self.url}?timeout={self._params["timeout"]}": '
+                                   f"context deadline exceeded ({type(exc).__name__})") from exc
+        except httpx.HTTPError as exc:
+            raise WebhookCallError(f'failed to call webhook: Post "{self.url}": {exc}') from exc
+        if not 200 <= reply.status_code < 300:
+            raise WebhookCallError(f"failed to call webhook: the server responded with the status code "
+                                   f"{reply.status_code} but did not return more information")
+        try:
+            body = reply.json()
+        except ValueError as exc:
+            raise WebhookCallError(f"received invalid webhook response: {exc}") from exc
+        return verify_response(body, review)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def verify_response(body: Any, review: Mapping[str, Any]) -> dict[str, Any]:
+    """VerifyAdmissionResponse [D2]: the reply as a dict, or WebhookCallError."""
+    if not isinstance(body, dict):
+        raise WebhookCallError("received invalid webhook response: not a JSON object")
+    if body.get("apiVersion") != ADMISSION_API_VERSION or body.get("kind") != "AdmissionReview":
+        raise WebhookCallError(f"received invalid webhook response: expected webhook response of "
+                               f"{ADMISSION_API_VERSION}, Kind=AdmissionReview, got "
+                               f"{body.get('apiVersion')}, Kind={body.get('kind')}")
+    response = body.get("response")
+    if not isinstance(response, dict):
+        raise WebhookCallError("received invalid webhook response: webhook response was absent")
+    uid = review["request"]["uid"]
+    if response.get("uid") != uid:
+        raise WebhookCallError(f'received invalid webhook response: expected response.uid="{uid}", '
+                               f'got "{response.get("uid")}"')
+    # The API server decodes the reply into typed structs: fields of the wrong type fail the decode.
+    if not isinstance(response.get("allowed"), bool):
+        raise WebhookCallError("received invalid webhook response: response.allowed must be a boolean")
+    if not isinstance(response.get("status") or {}, dict):
+        raise WebhookCallError("received invalid webhook response: response.status must be an object")
+    warnings = response.get("warnings") or []
+    if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+        raise WebhookCallError("received invalid webhook response: response.warnings must be a list of strings")
+    return body
+
+
+# --- registration from a ValidatingWebhookConfiguration ---------------------------------------------
+@attrs.frozen
+class RuleSpec:
+    """One admissionregistration/v1 RuleWithOperations; `*` matches anything."""
+
+    operations: frozenset[str]
+    api_groups: frozenset[str]
+    api_versions: frozenset[str]
+    resources: frozenset[str]
+    scope: Literal["Cluster", "Namespaced", "*"] = "*"
+
+    def matches(self, operation: str, gr: GroupResource, version: str, namespaced: bool) -> bool:
+        def hit(values: frozenset[str], value: str) -> bool:
+            return "*" in values or value in values
+
+        if (self.scope == "Cluster" and namespaced) or (self.scope == "Namespaced" and not namespaced):
+            return False
+        resources_ok = hit(self.resources, gr.resource) or "*/*" in self.resources
+        return (hit(self.operations, operation) and hit(self.api_groups, gr.group)
+                and hit(self.api_versions, version) and resources_ok)
+
+
+@attrs.define
+class ConfiguredWebhook(Webhook):
+    """A Webhook that matches the way a ValidatingWebhookConfiguration entry does."""
+
+    rule_specs: tuple[RuleSpec, ...] = ()
+    namespace_selector: LabelSelector = attrs.field(factory=LabelSelector)
+    # name -> that namespace's labels (None if it does not exist); the store's, read inside the write.
+    namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _name: None
+    type_of: Callable[[GroupResource], tuple[str, bool] | None] = lambda _gr: None
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+
+    def matches(self, operation: str, gr: GroupResource, namespace: str) -> bool:
+        if gr in EXEMPT:
+            return False
+        served = self.type_of(gr)
+        version, namespaced = served if served is not None else ("v1", bool(namespace) and gr != NAMESPACES)
+        if not any(r.matches(operation, gr, version, namespaced) for r in self.rule_specs):
+            return False
+        if not namespace or self.namespace_selector.is_empty:
+            return True  # cluster-scoped objects other than Namespaces are never skipped [A2]
+        labels = self.namespace_labels(namespace)
+        # The namespace is gone (or not yet there): match on no labels, as an empty label set.
+        return self.namespace_selector.matches(labels or {})
+
+    def close(self) -> None:
+        if isinstance(self.hook, WebhookClient):
+            self.hook.close()
+
+
+def _strings(raw: Any, path: str) -> frozenset[str]:
+    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+        raise InvalidSpec(path, "must be a list of strings")
+    return frozenset(raw)
+
+
+ServiceResolver = Callable[[str, str, int, str], str]  # (namespace, name, port, path) -> https URL
+Hook = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def webhooks_from_configuration(config: Mapping[str, Any], *, store: Store,
+                                resolve_service: ServiceResolver | None = None,
+                                ca_bundle: bytes | str | None = None,
+                                client_cert: tuple[str, str] | None = None,
+                                hook_factory: Callable[..., Hook] | None = None,
+                                ) -> list[ConfiguredWebhook]:
+    """The Webhooks a ValidatingWebhookConfiguration declares; InvalidSpec names a bad field.
+
+    `clientConfig.service` needs `resolve_service` (the stand-in has no Services); without one the
+    webhook's every call fails, which is what a real cluster does with a Service that has no endpoints.
+    `ca_bundle` (PEM) replaces every clientConfig.caBundle (deploy/ ships a placeholder there).
+    `hook_factory(url, ca_bundle=..., client_cert=..., timeout_seconds=...)` defaults to WebhookClient.
+    """
+    factory = hook_factory or WebhookClient
+    entries = config.get("webhooks")
+    if not isinstance(entries, list):
+        raise InvalidSpec("webhooks", "must be a list")
+    result: list[ConfiguredWebhook] = []
+    for i, entry in enumerate(entries):
+        at = f"webhooks[{i}]"
+        if not isinstance(entry, Mapping):
+            raise InvalidSpec(at, "must be an object")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidSpec(f"{at}.name", "required")
+        versions = entry.get("admissionReviewVersions")
+        if not isinstance(versions, list) or "v1" not in versions:
+            raise InvalidSpec(f"{at}.admissionReviewVersions", "must include v1 (the only version sent)")
+        if entry.get("sideEffects", "None") not in ("None", "NoneOnDryRun"):
+            raise InvalidSpec(f"{at}.sideEffects", "must be None or NoneOnDryRun (admissionregistration/v1)")
+        policy = entry.get("failurePolicy", DEFAULT_FAILURE_POLICY)
+        if policy not in ("Fail", "Ignore"):
+            raise InvalidSpec(f"{at}.failurePolicy", "must be Fail or Ignore")
+        timeout = entry.get("timeoutSeconds", DEFAULT_TIMEOUT_SECONDS)
+        if not isinstance(timeout, int) or not 1 <= timeout <= 30:
+            raise InvalidSpec(f"{at}.timeoutSeconds", "must be an integer from 1 to 30")
+        specs: list[RuleSpec] = []
+        for j, rule in enumerate(entry.get("rules") or []):
+            here = f"{at}.rules[{j}]"
+            if not isinstance(rule, Mapping):
+                raise InvalidSpec(here, "must be an object")
+            scope = rule.get("scope", "*")
+            if scope not in ("Cluster", "Namespaced", "*"):
+                raise InvalidSpec(f"{here}.scope", "must be Cluster, Namespaced or *")
+            specs.append(RuleSpec(
+                _strings(rule.get("operations"), f"{here}.operations"),
+                _strings(rule.get("apiGroups"), f"{here}.apiGroups"),
+                _strings(rule.get("apiVersions"), f"{here}.apiVersions"),
+                _strings(rule.get("resources"), f"{here}.resources"), scope))
+        selector = parse_label_selector(entry.get("namespaceSelector"), f"{at}.namespaceSelector")
+        hook = _hook(entry.get("clientConfig"), f"{at}.clientConfig", timeout=timeout, ca_bundle=ca_bundle,
+                     client_cert=client_cert, resolve_service=resolve_service, factory=factory)
+
+        def namespace_labels(ns: str) -> Mapping[str, str] | None:
+            obj = store.get(NAMESPACES, "", ns)
+            return None if obj is None else dict(obj.get("metadata", {}).get("labels") or {})
+
+        def type_of(gr: GroupResource) -> tuple[str, bool] | None:
+            t = store.mapper.lookup(gr)
+            return None if t is None else (t.version, t.namespaced)
+
+        # The store's plain rules stay empty: ConfiguredWebhook.matches reads rule_specs instead.
+        result.append(ConfiguredWebhook(
+            hook=hook, rules=(WebhookRule(frozenset(), frozenset()),), failure_policy=policy, name=name,
+            excluded_namespaces=frozenset(), rule_specs=tuple(specs), namespace_selector=selector,
+            namespace_labels=namespace_labels, type_of=type_of, timeout_seconds=timeout))
+    return result
+
+
+def _hook(raw: Any, at: str, *, timeout: int, ca_bundle: bytes | str | None, client_cert: tuple[str, str] | None,
+          resolve_service: ServiceResolver | None, factory: Callable[..., Hook]) -> Hook:
+    if not isinstance(raw, Mapping):
+        raise InvalidSpec(at, "required")
+    ca: str | None = ca_bundle.decode() if isinstance(ca_bundle, bytes) else ca_bundle
+    if ca is None and raw.get("caBundle"):
+        try:
+            ca = base64.b64decode(str(raw["caBundle"]), validate=True).decode()
+        except ValueError as exc:
+            raise InvalidSpec(f"{at}.caBundle", "must be base64-encoded PEM") from exc
+    url = raw.get("url")
+    service = raw.get("service")
+    if isinstance(url, str) and url:
+        target = url
+    elif isinstance(service, Mapping):
+        ns, name = str(service.get("namespace", "")), str(service.get("name", ""))
+        port, path = int(service.get("port", 443)), str(service.get("path", "/"))
+        if resolve_service is None:
+            return _unreachable(f'failed to call webhook: service "{name}" in namespace "{ns}" cannot be '
+                                "resolved by the API-server stand-in (no service resolver configured)")
+        target = resolve_service(ns, name, port, path)
+    else:
+        raise InvalidSpec(at, "one of url or service is required")
+    try:
+        return factory(target, ca_bundle=ca, client_cert=client_cert, timeout_seconds=timeout)
+    except (ssl.SSLError, ValueError) as exc:
+        raise InvalidSpec(f"{at}.caBundle", f"not a usable PEM certificate bundle: {exc}") from exc
+
+
+def _unreachable(message: str) -> Hook:
+    def hook(_review: dict[str, Any]) -> dict[str, Any]:
+        raise WebhookCallError(message)
+
+    return hook
+
+
+def register_webhooks(store: Store, config: Mapping[str, Any], **kwargs: Any) -> list[ConfiguredWebhook]:
+    """Add the configuration's webhooks to `store.webhooks` (after any already there); returns them."""
+    webhooks = webhooks_from_configuration(config, store=store, **kwargs)
+    store.webhooks.extend(webhooks)
+    return webhooks
