@@ -108,10 +108,9 @@ class StatusWriter:
     async def run_elected(self) -> None:
         """Campaign for the Lease forever; write status while leading."""
         from kubernetes.aio.leaderelection import electionconfig, leaderelection
-        from kubernetes.aio.leaderelection.resourcelock.leaselock import LeaseLock
 
         while True:
-            lock = LeaseLock(self.lease_name, self.namespace, self.identity, self.api_client)
+            lock = _lease_lock(self.lease_name, self.namespace, self.identity, self.api_client)
             config = electionconfig.Config(lock, LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD,
                                            self._lead, lambda: log.info("lost the status lease"))
             try:
@@ -156,3 +155,26 @@ class StatusWriter:
                     await core.create_namespaced_event(ns, model)
             except Exception as exc:
                 log.warning("event write failed", event=name, error=str(exc))
+
+
+def _lease_lock(name: str, namespace: str, identity: str, api_client: Any) -> Any:
+    """kubernetes.aio's LeaseLock, with `create` fixed.
+
+    kubernetes 37.0.2's LeaseLock.create passes `pretty=True`, which the generated (pydantic) client
+    rejects as a non-string, so the first candidate can never create the Lease and nobody ever leads.
+    """
+    from kubernetes.aio import client
+    from kubernetes.aio.client.exceptions import ApiException
+    from kubernetes.aio.leaderelection.resourcelock.leaselock import LeaseLock
+
+    class _LeaseLock(LeaseLock):
+        async def create(self, name: str, namespace: str, election_record: Any) -> bool:
+            body = client.V1Lease(metadata=client.V1ObjectMeta(name=name), spec=self.update_lease(election_record))
+            try:
+                await self.api_instance.create_namespaced_lease(namespace, body)
+            except ApiException as exc:
+                log.warning("could not create the status lease", lease=name, error=str(exc))
+                return False
+            return True
+
+    return _LeaseLock(name, namespace, identity, api_client)

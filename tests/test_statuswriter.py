@@ -1,0 +1,148 @@
+"""The status writer against the API-server stand-in: one leader writes status, denials become Events."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes.aio import client as aclient
+
+from criticalsvc.admission import parse_review
+from criticalsvc.decision import decide
+from criticalsvc.manifests import load_path
+from criticalsvc.server import StaticStateSource
+from criticalsvc.sim.apiserver import ServerThread, StandIn
+from criticalsvc.sim.store import Store
+from criticalsvc.statuswriter import StatusWriter
+
+CS_PATH = "/apis/criticalsvc.io/v1alpha1/criticalservices/for-finalizer-deployment"
+
+
+@pytest.fixture
+def cluster():
+    store = Store(clock=time.time)
+    manifests = load_path("api/examples/reference-story.yaml")
+    manifests.sort(key=lambda m: (m.kind != "Namespace", m.kind != "CustomResourceDefinition"))
+    with ServerThread(StandIn(store)) as url:
+        for m in manifests:
+            httpx.post(f"{url}{_collection(store, m.obj)}", json=dict(m.obj)).raise_for_status()
+        httpx.post(f"{url}/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                                     "metadata": {"name": "criticalsvc-system"}}).raise_for_status()
+        yield store, url
+
+
+def _collection(store: Store, obj: dict[str, Any]) -> str:
+    gr = store.gr_for(obj)
+    t = store.mapper.lookup(gr)
+    assert t is not None
+    base = f"/api/{t.version}" if not gr.group else f"/apis/{gr.group}/{t.version}"
+    ns = obj["metadata"].get("namespace")
+    return f"{base}/namespaces/{ns}/{gr.resource}" if t.namespaced and ns else f"{base}/{gr.resource}"
+
+
+def _poll(check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+async def _run_for(coros: list[Any], until: Callable[[], Any], timeout: float = 15.0) -> Any:
+    tasks = [asyncio.create_task(c) for c in coros]
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = await asyncio.to_thread(until)
+            if value:
+                return value
+            await asyncio.sleep(0.05)
+        raise AssertionError("condition not reached in time")
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _writer(store: Store, url: str, identity: str) -> StatusWriter:
+    api = aclient.ApiClient(aclient.Configuration(host=url))
+    return StatusWriter(api_client=api, source=StaticStateSource(store.state), identity=identity, interval=0.2)
+
+
+def test_elected_writer_publishes_blocking_status(cluster):
+    """The leader writes Ready/Blocking conditions, blockers and providerUID; the Lease names it."""
+    store, url = cluster
+
+    def status() -> Any:
+        return httpx.get(f"{url}{CS_PATH}").json().get("status")
+
+    async def main() -> Any:
+        writer = _writer(store, url, "replica-a")
+        try:
+            return await _run_for([writer.run_elected()], status)
+        finally:
+            await writer.api_client.close()
+
+    written = asyncio.run(main())
+    conditions = {c["type"]: c for c in written["conditions"]}
+    assert conditions["Blocking"]["status"] == "True" and conditions["Ready"]["status"] == "True"
+    assert written["blockers"][0]["count"] == 3
+    assert written["providerUID"]
+    lease = httpx.get(f"{url}/apis/coordination.k8s.io/v1/namespaces/criticalsvc-system/leases/criticalsvc-status")
+    assert lease.json()["spec"]["holderIdentity"] == "replica-a"
+
+
+def test_only_the_leader_writes(cluster):
+    """With two replicas campaigning, exactly one leads and the other writes nothing."""
+    store, url = cluster
+
+    async def main() -> tuple[StatusWriter, StatusWriter]:
+        a, b = _writer(store, url, "replica-a"), _writer(store, url, "replica-b")
+        try:
+            await _run_for([a.run_elected(), b.run_elected()],
+                           lambda: (a.writes or b.writes) and (a.leading or b.leading))
+        finally:
+            await a.api_client.close()
+            await b.api_client.close()
+        return a, b
+
+    a, b = asyncio.run(main())
+    assert (a.writes > 0) != (b.writes > 0)
+
+
+def test_denial_becomes_an_event_and_dry_run_does_not(cluster):
+    """A denied DELETE records a DeletionBlocked Event on the CriticalService; a dry-run denial records none."""
+    store, url = cluster
+    review = store.admission_review(
+        "DELETE", store.gr_for({"apiVersion": "apps/v1", "kind": "Deployment"}), None,
+        store.get(store.gr_for({"apiVersion": "apps/v1", "kind": "Deployment"}), "finalizer-namespace",
+                  "finalizer-deployment"),
+        name="finalizer-deployment", namespace="finalizer-namespace", user="alice", dry_run=False)
+    request = parse_review(review)
+    decision = decide(request, store.state)
+    assert not decision.allowed
+
+    def events() -> list[Any]:
+        return httpx.get(f"{url}/api/v1/namespaces/default/events").json()["items"]
+
+    async def main() -> Any:
+        writer = _writer(store, url, "replica-a")
+        dry = parse_review({**review, "request": {**review["request"], "dryRun": True, "uid": "dry"}})
+        writer.record(dry, decide(dry, store.state))
+        assert writer._events.empty()
+        writer.record(request, decision)
+        try:
+            return await _run_for([writer.run_events()], events)
+        finally:
+            await writer.api_client.close()
+
+    (event,) = asyncio.run(main())
+    assert event["reason"] == "DeletionBlocked" and event["type"] == "Warning"
+    assert event["involvedObject"]["name"] == "for-finalizer-deployment"
+    assert "requested by alice" in event["message"]
