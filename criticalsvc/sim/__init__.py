@@ -3,4 +3,8 @@ things, with two faces — virtual time in-process (tests, `plan`, `simulate`) a
 HTTP API stand-in (`serve --embedded`).
 
     store.py       objects, uid/resourceVersion, finalizers, deletionTimestamp, admission, watch events
+    controllers.py namespace controller, CRD cleanup, garbage collector, the operators' finalizers
+    clients.py     ManifestWork agent, kubectl delete -f, namespace deletion: each with its retries
+    timeline.py    what happened, in virtual time; text and JSON
+    cluster.py     store + gate + controllers + clients; load, teardown, run, verdict
 """

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m benchmarks [NAME ...] [-- ARGS]`; each module here has `main(argv) -> int`."""

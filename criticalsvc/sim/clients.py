@@ -1,0 +1,192 @@
+"""Clients that delete a bundle, each with its real retry behaviour.
+
+    ManifestWorkAgent   the Open Cluster Management work agent removing a deleted ManifestWork's
+                        resources: everything at once, Foreground propagation (OCM's default), and
+                        every refused DELETE retried per object with backoff 50 ms·2ⁿ ≤ 60 s
+    KubectlDelete       `kubectl delete -f BUNDLE --ignore-not-found`: one pass in file order, one
+                        request at a time, no retry; a denial is printed and the pass continues [K1][K2].
+                        `repeat=SECONDS` models a person (or a script) re-running it until it succeeds.
+    NamespaceDelete     deletes the bundle's namespaces and leaves their content to the namespace
+                        controller; what lives outside those namespaces (CRDs, CriticalServices, objects
+                        in namespaces the bundle does not own) it deletes itself. Retries like the
+                        ManifestWork agent — a tenant-removal controller, not a person.
+
+The garbage collector's retrying client is part of the garbage collector (controllers.py).
+Clients, like controllers, only call the store and `engine.schedule`.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Iterable, Sequence
+
+from ..api import NAMESPACES, ObjectRef
+from .controllers import _outcome, backoff, describe_error
+from .engine import Engine
+from .store import APIError, Store
+from .timeline import NOT_FOUND, Timeline
+
+CLIENTS = ("manifestwork", "kubectl", "namespace")
+
+
+class Client:
+    """What the verdict needs to know about a client: what it deletes and whether it keeps trying."""
+
+    actor: str
+    retrying: bool
+    refs: tuple[ObjectRef, ...]
+    repeat: float | None = None  # a client re-run by a person every `repeat` seconds
+
+    def __init__(self, refs: Iterable[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
+                 rng: random.Random, actor: str, user: str) -> None:
+        self.refs = tuple(refs)
+        self.store, self.engine, self.timeline, self.rng = store, engine, timeline, rng
+        self.actor, self.user = actor, user
+        # The last refusal each object got, and when (timeline seconds).
+        self.refused: dict[ObjectRef, tuple[float, str]] = {}
+        self.attempted: dict[ObjectRef, None] = {}
+
+    def start(self, delay: float = 0.0) -> None:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def _delete(self, ref: ObjectRef, propagation: str) -> bool:
+        """One DELETE; True when the object is dealt with (gone, terminating, or not found)."""
+        self.attempted[ref] = None
+        try:
+            result = self.store.delete(ref, user=self.user, propagation=propagation)
+        except APIError as exc:
+            if exc.code == 404:
+                self.refused.pop(ref, None)
+                self.timeline.record(self.actor, "DELETE", ref, NOT_FOUND, "already gone")
+                return True
+            self.refused[ref] = (self.timeline.now(), exc.message)
+            self.timeline.record(self.actor, "DELETE", ref, describe_error(exc), exc.message)
+            return False
+        self.refused.pop(ref, None)
+        outcome, reason = _outcome(result)
+        self.timeline.record(self.actor, "DELETE", ref, outcome, reason)
+        return True
+
+
+class _RetryingClient(Client):
+    """Deletes every object at once and retries each refusal with its own exponential backoff."""
+
+    BASE, CAP = 0.05, 60.0
+    SPREAD = 0.01  # requests issued "at once" still reach the API server a few milliseconds apart
+    propagation = "Background"
+    retrying = True
+
+    def __init__(self, refs: Iterable[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
+                 rng: random.Random, actor: str, user: str) -> None:
+        super().__init__(refs, store=store, engine=engine, timeline=timeline, rng=rng, actor=actor, user=user)
+        self.pending: dict[ObjectRef, int] = {}
+
+    def targets(self) -> list[ObjectRef]:
+        return list(self.refs)
+
+    def start(self, delay: float = 0.0) -> None:
+        targets = self.targets()
+        self.rng.shuffle(targets)  # parallel requests: no order to rely on
+        for ref in targets:
+            self.pending[ref] = 0
+            self.engine.schedule(delay + self.rng.uniform(0.0, self.SPREAD), functools.partial(self._attempt, ref))
+
+    def _attempt(self, ref: ObjectRef) -> None:
+        if self._delete(ref, self.propagation):
+            self.pending.pop(ref, None)
+            return
+        n = self.pending.get(ref, 0)
+        self.pending[ref] = n + 1
+        self.engine.schedule(backoff(n, base=self.BASE, cap=self.CAP), lambda: self._attempt(ref))
+
+
+class ManifestWorkAgent(_RetryingClient):
+    """The OCM work agent deleting one ManifestWork's resources (Foreground, as OCM does by default)."""
+
+    propagation = "Foreground"
+
+    def __init__(self, refs: Iterable[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
+                 rng: random.Random, bundle: str = "") -> None:
+        super().__init__(refs, store=store, engine=engine, timeline=timeline, rng=rng,
+                         actor=f"manifestwork/{bundle or 'bundle'}",
+                         user="system:serviceaccount:open-cluster-management-agent:klusterlet-work-sa")
+
+    def describe(self) -> str:
+        return (f"the ManifestWork agent ({self.actor}) deletes everything at once and retries each refusal "
+                f"with backoff {self.BASE * 1000:.0f} ms → {self.CAP:.0f} s")
+
+
+class NamespaceDelete(_RetryingClient):
+    """Deletes the bundle's namespaces and whatever lies outside them; the namespace controller does the rest."""
+
+    def __init__(self, refs: Iterable[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
+                 rng: random.Random, bundle: str = "") -> None:
+        super().__init__(refs, store=store, engine=engine, timeline=timeline, rng=rng,
+                         actor=f"namespace-cleanup/{bundle}" if bundle else "namespace-cleanup",
+                         user="namespace-cleanup")
+
+    def targets(self) -> list[ObjectRef]:
+        namespaces = {r.name for r in self.refs if r.group_resource == NAMESPACES}
+        return [r for r in self.refs if r.group_resource == NAMESPACES or r.namespace not in namespaces]
+
+    def describe(self) -> str:
+        return (f"{self.actor} deletes the bundle's namespaces (and what lives outside them), retrying each "
+                f"refusal with backoff {self.BASE * 1000:.0f} ms → {self.CAP:.0f} s; the namespace "
+                "controller deletes the content")
+
+
+class KubectlDelete(Client):
+    """`kubectl delete -f BUNDLE --ignore-not-found`: sequential, one pass, no retry [K1][K2]."""
+
+    LATENCY = 0.01  # one request's round trip: kubectl waits for each DELETE before the next
+
+    def __init__(self, refs: Sequence[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
+                 rng: random.Random, repeat: float | None = None) -> None:
+        super().__init__(refs, store=store, engine=engine, timeline=timeline, rng=rng, actor="kubectl",
+                         user="kubernetes-admin")
+        self.repeat = repeat
+        self.retrying = repeat is not None
+        self.runs = 0
+        self.running = False
+
+    def start(self, delay: float = 0.0) -> None:
+        self.engine.schedule(delay, self._run)
+
+    def _run(self) -> None:
+        self.runs += 1
+        self.running = True
+        self._item(0, failed=False)
+
+    def _item(self, i: int, *, failed: bool) -> None:
+        if i == len(self.refs):
+            self.running = False
+            if failed and self.repeat is not None:
+                self.engine.schedule(self.repeat, self._run)
+            return
+        ok = self._delete(self.refs[i], "Background")
+        self.engine.schedule(self.LATENCY, lambda: self._item(i + 1, failed=failed or not ok))
+
+    def describe(self) -> str:
+        if self.repeat is None:
+            return "kubectl delete -f makes one pass in file order and does not retry a refused DELETE"
+        return (f"kubectl delete -f, re-run every {self.repeat:g} s until it succeeds "
+                f"({self.runs} run{'s' if self.runs != 1 else ''})")
+
+
+def make_client(kind: str, refs: Sequence[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
+                rng: random.Random, bundle: str = "", repeat: float | None = None) -> Client:
+    """A client by its `--client` name."""
+    if kind == "manifestwork":
+        return ManifestWorkAgent(refs, bundle=bundle, store=store, engine=engine, timeline=timeline, rng=rng)
+    if kind == "namespace":
+        return NamespaceDelete(refs, bundle=bundle, store=store, engine=engine, timeline=timeline, rng=rng)
+    if kind == "kubectl":
+        return KubectlDelete(refs, repeat=repeat, store=store, engine=engine, timeline=timeline, rng=rng)
+    raise ValueError(f"unknown client {kind!r}; expected one of {', '.join(CLIENTS)}")
+
+
+__all__ = ["CLIENTS", "Client", "KubectlDelete", "ManifestWorkAgent", "NamespaceDelete", "make_client"]
