@@ -1,0 +1,30 @@
+"""The live service's cluster state: watch-fed caches over the official kubernetes client.
+
+    transport.py   GET / watch-stream over `kubernetes.aio` (auth, TLS), errors as APIError
+    discovery.py   the API server's discovery documents -> the RESTMapper
+    reflector.py   list-then-watch of one group/resource into a sink (410 -> relist, backoff)
+    manager.py     CacheState: discovery + one reflector per needed resource = a ClusterState
+
+Fresh reads for confirming an ALLOW live next door, in criticalsvc.live (they share the transport).
+"""
+
+from .discovery import DiscoveryResult, discover, discover_group
+from .manager import ALWAYS_WATCHED, CacheState
+from .reflector import Backoff, Reflector
+from .transport import APIError, APIStatusError, KubeTransport, Transport, TransportError, connect
+
+__all__ = [
+    "ALWAYS_WATCHED",
+    "APIError",
+    "APIStatusError",
+    "Backoff",
+    "CacheState",
+    "DiscoveryResult",
+    "KubeTransport",
+    "Reflector",
+    "Transport",
+    "TransportError",
+    "connect",
+    "discover",
+    "discover_group",
+]

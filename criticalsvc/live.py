@@ -1,0 +1,406 @@
+"""Live confirmation: before an ALLOW of a protected deletion stands, decide again on fresh reads.
+
+The caches may lag the API server by a few events; a denial from a slightly stale cache is safe
+(the deleter retries), an ALLOW is not. So an ALLOW that a CriticalService had a say in is decided
+again by the same pure `decide`, on a `LiveState` whose every answer comes from a read made for this
+confirmation, without `resourceVersion` (a consistent, quorum read; "0" could be served from the
+API server's own watch cache and be just as stale as ours):
+
+    get(ref)                 GET  .../<resource>/<name>
+    select(gr, ns, sel)      LIST .../<resource>?labelSelector=<sel> (and again filtered here)
+    with_finalizer(gr, f)    LIST .../<resource>, filtered here (no field selector exists for it)
+    critical_services()      LIST of criticalservices (protecting / hosted_in filter that list)
+    resolve(gr)              the cache's mapper when it knows the name; otherwise the group's fresh
+                             discovery documents, so a type whose CRD appeared a moment ago is seen
+
+How a synchronous `decide` reads asynchronously. `decide` is pure and synchronous; a blocking read
+inside it would stall the event loop (and every other review with it), and worker threads are few
+(~6 on 2 cores). So the LiveState is a memo of answers, filled between runs of `decide`: a run that
+asks a question not yet answered records it, gets an empty placeholder answer and carries on (to
+collect the other questions of that path); its decision is thrown away, the recorded questions are
+read concurrently, and `decide` runs again. A run that asked nothing new is the answer, built from
+fresh reads only. A typical provider deletion takes three rounds (the CriticalService list, then
+the criteria's objects, then the final run) — two round trips to the API server.
+
+Failure is a denial. Any read that fails or is not answered within the budget is memoised as
+`LiveReadFailed` (a StateUnavailable; `LiveReadTimeout` is also a TimeoutError); when the final path
+reaches it, `decide` turns it into its "could not verify" denial. `LiveReader.decide` returns that
+denial; `LiveReader.confirm`, the webhook's callback, raises the failure instead, so the webhook
+counts it (criticalsvc_live_confirmation_failures_total{reason="timeout"|"error"}) and denies with
+"could not verify". The budget is 2 s for the whole confirmation: the API server gives the webhook
+10 s by default (deploy/ sets timeoutSeconds: 5) and the webhook bounds its callback at 3 s
+(server.DEFAULT_CONFIRM_TIMEOUT); finishing first means the denial names the read that failed rather
+than a bare timeout, and 2 s still leaves the API server's own client time to retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Collection, Hashable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+from .api import CRITICAL_SERVICES, NAMESPACES, VERSION, CriticalService, GroupResource, ObjectRef
+from .cache.discovery import discover_group, group_version_path
+from .cache.transport import (
+    ACCEPT_METADATA,
+    ACCEPT_METADATA_LIST,
+    APIError,
+    APIStatusError,
+    Transport,
+    TransportError,
+)
+from .decision import AdmissionRequest, Decision, Rule, decide, deny
+from .errors import InvalidInput, StateUnavailable
+from .labels import LabelSelector
+from .objects import KubeObject, project
+from .restmapper import ResourceType, RESTMapper
+
+# The whole confirmation's budget; see the module docstring for the arithmetic.
+CONFIRM_TIMEOUT = 2.0
+# Rounds are bounded by the number of distinct questions a decision can ask (a handful per
+# CriticalService involved); 8 covers a namespace hosting several protected providers.
+MAX_ROUNDS = 8
+PAGE_SIZE = 500
+
+Question = tuple[Hashable, ...]
+FailureReason = Literal["timeout", "error"]
+
+
+class LiveReadFailed(StateUnavailable):
+    """A fresh read could not be made (`reason`: "timeout" or "error")."""
+
+    def __init__(self, message: str, *, reason: FailureReason = "error") -> None:
+        self.reason: FailureReason = reason
+        super().__init__(message)
+
+
+class LiveReadTimeout(LiveReadFailed, TimeoutError):
+    """A fresh read got no answer within the budget (a TimeoutError too, for callers that count those)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="timeout")
+
+
+def _describe(q: Question) -> str:
+    match q:
+        case ("services",):
+            return "the CriticalServices"
+        case ("group", group):
+            return f"the discovery of API group {group or 'core'}"
+        case ("get", gr, namespace, name):
+            return f"{gr} {namespace}/{name}" if namespace else f"{gr} {name}"
+        case ("list", gr, namespace, selector):
+            where = f" in namespace {namespace}" if namespace else ""
+            return f"{gr}{where}" + (f" matching {selector}" if selector else "")
+    return str(q)
+
+
+class LiveState:
+    """A ClusterState answering from a memo of fresh reads; unanswered questions land in `missing`.
+
+    One LiveState (one memo) serves one confirmation; `LiveReader` fills the memo and re-runs the
+    decision. Used on its own, a question it cannot answer yet returns an empty placeholder, so
+    check `missing` before trusting any result.
+    """
+
+    def __init__(self, memo: Mapping[Question, Any] | None = None, *, mapper: RESTMapper | None = None) -> None:
+        self.memo: Mapping[Question, Any] = memo if memo is not None else {}
+        self.hint = mapper
+        self.missing: set[Question] = set()
+        self.failure: LiveReadFailed | None = None
+
+    def _answer(self, q: Question, placeholder: Any) -> Any:
+        if q not in self.memo:
+            self.missing.add(q)
+            return placeholder
+        value = self.memo[q]
+        if isinstance(value, LiveReadFailed):
+            self.failure = value
+            raise value
+        return value
+
+    def resource_type(self, gr: GroupResource) -> ResourceType | None:
+        """The served type for a name: the hint mapper when it knows it, else fresh group discovery."""
+        if self.hint is not None:
+            t = self.hint.lookup(gr)
+            if t is not None:
+                return t
+        group: RESTMapper | None = self._answer(("group", gr.group), None)
+        return group.lookup(gr) if group is not None else None
+
+    # --- ClusterState ---------------------------------------------------------------------------------
+    def resolve(self, gr: GroupResource) -> GroupResource | None:
+        t = self.resource_type(gr)
+        return t.group_resource if t is not None else None
+
+    def get(self, ref: ObjectRef) -> KubeObject | None:
+        gr = self.resolve(ref.group_resource)
+        if gr is None:
+            return None  # not served: no such object can exist
+        found: KubeObject | None = self._answer(("get", gr, ref.namespace, ref.name), None)
+        return found
+
+    def with_finalizer(self, gr: GroupResource, finalizer: str) -> Collection[KubeObject]:
+        objects: list[KubeObject] = self._answer(("list", gr, None, ""), [])
+        return [o for o in objects if finalizer in o.finalizers]
+
+    def select(self, gr: GroupResource, *, namespace: str | None,
+               selector: LabelSelector | None) -> Collection[KubeObject]:
+        text = str(selector) if selector is not None else ""
+        objects: list[KubeObject] = self._answer(("list", gr, namespace, text), [])
+        # Filtered here too: the answer must not depend on the server honouring labelSelector.
+        return [o for o in objects if (namespace is None or o.namespace == namespace)
+                and (selector is None or selector.matches(o.labels))]
+
+    def critical_services(self) -> Collection[CriticalService]:
+        services: list[CriticalService] = self._answer(("services",), [])
+        return services
+
+    def protecting(self, provider: ObjectRef) -> Collection[CriticalService]:
+        target = self.resolve(provider.group_resource) or provider.group_resource
+        return [cs for cs in self.critical_services()
+                if (cs.provider.group_resource.group, cs.provider.namespace, cs.provider.name)
+                == (provider.group_resource.group, provider.namespace, provider.name)
+                and (self.resolve(cs.provider.group_resource) or cs.provider.group_resource) == target]
+
+    def hosted_in(self, namespace: str) -> Collection[CriticalService]:
+        return [cs for cs in self.critical_services() if cs.provider.namespace == namespace]
+
+
+@attrs.frozen
+class Confirmation:
+    """What a confirmation did, for metrics and logs."""
+
+    decision: Decision
+    confirmed: bool  # False when no fresh read was needed
+    rounds: int = 0
+    # The read that made `decision` a "could not verify" denial, if one did.
+    error: LiveReadFailed | None = None
+
+    @property
+    def failure(self) -> FailureReason | None:
+        return self.error.reason if self.error is not None else None
+
+
+class LiveReader:
+    """Fresh reads from the API server; `confirm` is the server's async confirmation callback."""
+
+    def __init__(self, transport: Transport, *, mapper: RESTMapper | None = None, timeout: float = CONFIRM_TIMEOUT,
+                 max_rounds: int = MAX_ROUNDS, confirm_unprotected: bool = False,
+                 on_failure: Callable[[FailureReason], None] | None = None) -> None:
+        self.transport = transport
+        self.mapper = mapper
+        self.timeout = timeout
+        self.max_rounds = max_rounds
+        self.confirm_unprotected = confirm_unprotected
+        self.on_failure = on_failure
+
+    def needs_confirmation(self, request: AdmissionRequest, decision: Decision) -> bool:
+        """Only ALLOWs are confirmed; among them, those a CriticalService had a say in.
+
+        Also the ALLOW of a namespace deletion nothing protects by the cache: a stale cache that
+        missed a provider in it would otherwise let the whole namespace go (one LIST of
+        CriticalServices settles it). Break-glass is not confirmed: it allows whatever the state.
+        """
+        if not decision.allowed or decision.rule in (Rule.BREAK_GLASS, Rule.ALREADY_TERMINATING, Rule.NOT_GATED):
+            return False
+        if decision.protected or decision.rule in (Rule.CRITERIA_MET, Rule.WARN_ONLY):
+            return True
+        if decision.rule == Rule.UNPROTECTED and request.operation == "DELETE":
+            return self.confirm_unprotected or request.group_resource == NAMESPACES
+        return False
+
+    async def confirm(self, request: AdmissionRequest, decision: Decision) -> Decision:
+        """`decision` (from the cache) if it needs no confirmation, else the decision on fresh reads.
+
+        Raises LiveReadFailed (LiveReadTimeout for a timeout) when a read the decision needed failed:
+        the webhook then denies with "could not verify" and counts the failure by its reason.
+        """
+        confirmation = await self.confirmation(request, decision)
+        if confirmation.error is not None:
+            raise confirmation.error
+        return confirmation.decision
+
+    async def confirmation(self, request: AdmissionRequest, decision: Decision) -> Confirmation:
+        if not self.needs_confirmation(request, decision):
+            return Confirmation(decision, confirmed=False)
+        return await self.decide(request)
+
+    async def decide(self, request: AdmissionRequest) -> Confirmation:
+        """`decide(request, <fresh reads>)`; a read that fails or times out makes it a denial."""
+        deadline = time.monotonic() + self.timeout
+        memo: dict[Question, Any] = {}
+        for round_ in range(1, self.max_rounds + 1):
+            live = LiveState(memo, mapper=self.mapper)
+            decision = decide(request, live)
+            if not live.missing:
+                error = live.failure if decision.rule == Rule.UNVERIFIABLE else None
+                if error is not None and self.on_failure is not None:
+                    self.on_failure(error.reason)
+                return Confirmation(decision, confirmed=True, rounds=round_, error=error)
+            await self._fetch(live.missing, memo, deadline)
+        error = LiveReadFailed(f"the fresh read needed more than {self.max_rounds} rounds")
+        if self.on_failure is not None:
+            self.on_failure(error.reason)
+        return Confirmation(deny(Rule.UNVERIFIABLE, "criticalsvc could not verify the cluster state, so it does "
+                                 f"not allow this yet: {error}", protected=True),
+                            confirmed=True, rounds=self.max_rounds, error=error)
+
+    # --- reads ----------------------------------------------------------------------------------------
+    async def _fetch(self, questions: set[Question], memo: dict[Question, Any], deadline: float) -> None:
+        tasks = {asyncio.ensure_future(self._read(q, memo, deadline)): q for q in questions}
+        remaining = max(0.0, deadline - time.monotonic())
+        _done, pending = await asyncio.wait(tasks, timeout=remaining)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)  # reported as timeouts below
+        for task, q in tasks.items():
+            if task in pending or task.cancelled():
+                memo[q] = LiveReadTimeout(f"a fresh read of {_describe(q)} got no answer within {self.timeout:g} s")
+                continue
+            exc = task.exception()
+            if isinstance(exc, TimeoutError) or (isinstance(exc, TransportError) and "timed out" in str(exc)):
+                memo[q] = LiveReadTimeout(f"a fresh read of {_describe(q)} timed out: {exc}")
+            elif isinstance(exc, APIError | InvalidInput):
+                memo[q] = LiveReadFailed(f"a fresh read of {_describe(q)} from the API server failed: {exc}",
+                                         reason="error")
+            elif exc is not None:
+                raise exc
+            else:
+                memo[q] = task.result()
+
+    async def _read(self, q: Question, memo: Mapping[Question, Any], deadline: float) -> Any:
+        match q:
+            case ("group", str(group)):
+                types = await discover_group(self.transport, group, timeout=self._left(deadline))
+                return RESTMapper(types) if types is not None else None
+            case ("services",):
+                return await self._services(memo, deadline)
+            case ("get", GroupResource() as gr, str(namespace), str(name)):
+                return await self._get(gr, namespace, name, memo, deadline)
+            case ("list", GroupResource() as gr, namespace, str(selector)):
+                return await self._list(gr, namespace if isinstance(namespace, str) else None, selector, memo,
+                                        deadline)
+        raise TypeError(f"unknown question {q!r}")
+
+    def _left(self, deadline: float) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the confirmation budget is spent")
+        return left
+
+    async def _type(self, gr: GroupResource, memo: Mapping[Question, Any], deadline: float, *,
+                    fresh: bool = False) -> ResourceType | None:
+        if not fresh and self.mapper is not None:
+            t = self.mapper.lookup(gr)
+            if t is not None:
+                return t
+        group = memo.get(("group", gr.group))
+        if fresh or not isinstance(group, RESTMapper):
+            types = await discover_group(self.transport, gr.group, timeout=self._left(deadline))
+            group = RESTMapper(types) if types is not None else None
+        return group.lookup(gr) if isinstance(group, RESTMapper) else None
+
+    async def _with_type(self, gr: GroupResource, memo: Mapping[Question, Any], deadline: float,
+                         read: Callable[[ResourceType], Any], empty: Any) -> Any:
+        """Run `read(type)`; a 404 for a type known only from the cache is checked against fresh discovery."""
+        t = await self._type(gr, memo, deadline)
+        if t is None:
+            return empty
+        try:
+            return await read(t)
+        except APIStatusError as exc:
+            if not exc.not_found:
+                raise
+            if exc.details.get("name"):
+                return empty  # the object is not there (the resource is)
+        fresh = await self._type(gr, memo, deadline, fresh=True)
+        if fresh is None or fresh.version == t.version:
+            return empty  # not served (any more): no such object can exist
+        try:
+            return await read(fresh)
+        except APIStatusError as exc:
+            if exc.not_found:
+                return empty
+            raise
+
+    async def _get(self, gr: GroupResource, namespace: str, name: str, memo: Mapping[Question, Any],
+                   deadline: float) -> KubeObject | None:
+        async def read(t: ResourceType) -> KubeObject | None:
+            if t.namespaced != bool(namespace):
+                return None  # a namespaced object named without namespace (or the reverse) cannot exist
+            obj = await self.transport.get(f"{_collection(t, namespace)}/{name}", timeout=self._left(deadline),
+                                           accept=ACCEPT_METADATA)
+            return project(obj, t.group_resource)
+
+        result: KubeObject | None = await self._with_type(gr, memo, deadline, read, None)
+        return result
+
+    async def _list(self, gr: GroupResource, namespace: str | None, selector: str, memo: Mapping[Question, Any],
+                    deadline: float) -> list[KubeObject]:
+        async def read(t: ResourceType) -> list[KubeObject]:
+            items = await self._list_items(_collection(t, namespace if t.namespaced else None), selector, deadline,
+                                           accept=ACCEPT_METADATA_LIST)
+            return [project(i, t.group_resource) for i in items]
+
+        result: list[KubeObject] = await self._with_type(gr, memo, deadline, read, [])
+        return result
+
+    async def _services(self, memo: Mapping[Question, Any], deadline: float) -> list[CriticalService]:
+        from .api import parse_critical_service
+
+        async def read(t: ResourceType) -> list[CriticalService]:
+            items = await self._list_items(_collection(t, None), "", deadline, accept="application/json")
+            out: list[CriticalService] = []
+            for item in items:
+                try:
+                    out.append(parse_critical_service(item))
+                except InvalidInput:
+                    continue  # as in the cache: an invalid spec protects nothing
+            return out
+
+        if self.mapper is None or self.mapper.lookup(CRITICAL_SERVICES) is None:
+            # Without a hint the CRD's version is known: it is ours.
+            t = ResourceType("criticalsvc.io", VERSION, "CriticalService", "criticalservices", "criticalservice",
+                             False, ("csvc",))
+            try:
+                return await read(t)
+            except APIStatusError as exc:
+                if exc.not_found:
+                    return []  # the CRD is not installed: no CriticalService exists
+                raise
+        result: list[CriticalService] = await self._with_type(CRITICAL_SERVICES, memo, deadline, read, [])
+        return result
+
+    async def _list_items(self, path: str, selector: str, deadline: float, *, accept: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        base: list[tuple[str, str]] = [("limit", str(PAGE_SIZE))]
+        if selector:
+            base.append(("labelSelector", selector))
+        params = base
+        while True:
+            # No resourceVersion: a consistent read, the point of confirming.
+            page = await self.transport.get(path, params, timeout=self._left(deadline), accept=accept)
+            page_items = page.get("items")
+            if not isinstance(page_items, list):
+                raise TransportError(f"LIST {path}: the answer has no items")
+            items.extend(i for i in page_items if isinstance(i, dict))
+            metadata: Mapping[str, Any] = page["metadata"] if isinstance(page.get("metadata"), Mapping) else {}
+            token = metadata.get("continue")
+            if not token:
+                return items
+            params = [*base, ("continue", str(token))]
+
+
+def _collection(t: ResourceType, namespace: str | None) -> str:
+    base = group_version_path(t.group, t.version)
+    if namespace and t.namespaced:
+        return f"{base}/namespaces/{namespace}/{t.plural}"
+    return f"{base}/{t.plural}"
+
+
+__all__ = ["CONFIRM_TIMEOUT", "MAX_ROUNDS", "Confirmation", "LiveReadFailed", "LiveReadTimeout", "LiveReader",
+           "LiveState"]

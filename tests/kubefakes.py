@@ -1,0 +1,326 @@
+"""Test doubles for the cache and live-read tests: a scripted Transport, and faults for the stand-in.
+
+* `ScriptedTransport` answers GETs and watch streams from queues the test fills, records every
+  call, and blocks (like a quiet watch) once a stream's script is used up. No sockets: the
+  reflector's list/watch/410/backoff logic is tested exactly.
+* `Faults` is ASGI middleware around the API-server stand-in (criticalsvc.sim.apiserver): the test
+  makes matching requests answer an error status, hang until released, or break off mid-stream,
+  and reads back which requests were made.
+* `running_standin` serves a Store over HTTP on a free port, with `Faults` in front.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import Any
+
+import attrs
+import orjson
+
+from criticalsvc.cache.transport import APIError, APIStatusError, TransportError
+from criticalsvc.manifests import load_path
+from criticalsvc.sim.apiserver import ServerThread, StandIn
+from criticalsvc.sim.store import Store
+
+STORY = "api/examples/reference-story.yaml"
+_ORDER = {"Namespace": 0, "CustomResourceDefinition": 1}
+
+
+def story_store(*, skip_kinds: tuple[str, ...] = (), history: int = 10_000) -> Store:
+    """A Store holding the reference story (namespaces, then CRDs, then the rest)."""
+    store = Store(clock=time.time, history=history)
+    manifests = sorted(load_path(STORY), key=lambda m: _ORDER.get(m.kind, 2))
+    for m in manifests:
+        if m.kind not in skip_kinds:
+            store.create(m.obj)
+    return store
+
+
+def story_objects(kind: str) -> list[dict[str, Any]]:
+    return [dict(m.obj) for m in load_path(STORY) if m.kind == kind]
+
+
+async def eventually(condition: Callable[[], object], *, timeout: float = 5.0, what: str = "") -> None:
+    """Poll `condition` every 5 ms until it is truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what or condition}")
+        await asyncio.sleep(0.005)
+
+
+# --- a scripted transport ---------------------------------------------------------------------------
+@attrs.define
+class Call:
+    kind: str  # "get" | "stream"
+    path: str
+    params: dict[str, str]
+    accept: str
+
+
+class ScriptedTransport:
+    """`gets` / `streams` are queues; an item that is an exception is raised instead of answered."""
+
+    def __init__(self) -> None:
+        self.gets: deque[Any] = deque()
+        self.streams: deque[list[Any] | APIError] = deque()
+        self.calls: list[Call] = []
+        self._idle = asyncio.Event()  # never set: a finished script idles like a quiet watch
+
+    async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = "application/json") -> Any:
+        self.calls.append(Call("get", path, dict(params), accept))
+        if not self.gets:
+            await self._idle.wait()
+        item = self.gets.popleft()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    @contextlib.asynccontextmanager
+    async def stream(self, path: str, params: Any = (), *, timeout: float,
+                     accept: str = "application/json") -> AsyncIterator[AsyncIterator[Any]]:
+        self.calls.append(Call("stream", path, dict(params), accept))
+        if not self.streams:
+            await self._idle.wait()
+        script = self.streams.popleft()
+        if isinstance(script, BaseException):
+            raise script
+
+        async def events() -> AsyncIterator[Any]:
+            for item in script:
+                await asyncio.sleep(0)
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+            if not self.streams:
+                await self._idle.wait()  # the stream stays open, quiet, until the next script exists
+
+        yield events()
+
+    def of(self, kind: str) -> list[Call]:
+        return [c for c in self.calls if c.kind == kind]
+
+
+# --- faults in front of the stand-in ------------------------------------------------------------------
+@attrs.define
+class Rule:
+    method: str
+    path: re.Pattern[str]
+    watch: bool | None  # None: both watches and plain requests
+    action: str  # "status" | "hang" | "abort"
+    status: int = 500
+    times: int | None = None  # None: until removed
+
+
+class Faults:
+    """ASGI middleware: requests matching a rule fail as the rule says; every request is recorded."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.rules: list[Rule] = []
+        self.requests: list[tuple[str, str, str]] = []
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._release: asyncio.Event | None = None
+
+    def add(self, path: str, *, action: str = "status", status: int = 500, method: str = "GET",
+            watch: bool | None = None, times: int | None = None) -> Rule:
+        """Make requests whose path matches the regex `path` fail (thread-safe; from the test's thread)."""
+        rule = Rule(method, re.compile(path), watch, action, status, times)
+        with self._lock:
+            self.rules.append(rule)
+        return rule
+
+    def clear(self) -> None:
+        with self._lock:
+            self.rules.clear()
+        self.release()
+
+    def release(self) -> None:
+        """Let every hanging request go on (it then fails with 503)."""
+        if self._loop is not None and self._release is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._release.set)
+
+    def seen(self, pattern: str, *, watch: bool | None = None) -> int:
+        with self._lock:
+            return sum(1 for _m, p, q in self.requests if re.search(pattern, p)
+                       and (watch is None or (("watch=true" in q) == watch)))
+
+    def _match(self, method: str, path: str, query: str) -> Rule | None:
+        with self._lock:
+            self.requests.append((method, path, query))
+            for rule in self.rules:
+                is_watch = "watch=true" in query or "watch=1" in query
+                if rule.method == method and rule.path.search(path) and rule.watch in (None, is_watch):
+                    if rule.times is not None:
+                        rule.times -= 1
+                        if rule.times <= 0:
+                            self.rules.remove(rule)
+                    return rule
+        return None
+
+    async def __call__(self, scope: Mapping[str, Any], receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rule = self._match(scope["method"], scope["path"], scope.get("query_string", b"").decode())
+        if rule is None:
+            await self.app(scope, receive, send)
+            return
+        if rule.action == "hang":
+            if self._release is None:
+                self._loop, self._release = asyncio.get_running_loop(), asyncio.Event()
+            await self._release.wait()
+            await _status(send, 503, "ServiceUnavailable", "released")
+        elif rule.action == "abort":
+            # Headers and a partial chunk, then the connection breaks: a watch dropped mid-stream.
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"type":"ADD', "more_body": True})
+            raise ConnectionAbortedError("fault injected: stream broken off")
+        else:
+            await _status(send, rule.status, "InternalError" if rule.status >= 500 else "Fault", "fault injected")
+
+
+async def _status(send: Callable[[Any], Awaitable[None]], code: int, reason: str, message: str) -> None:
+    body = orjson.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                         "message": message, "reason": reason, "code": code})
+    await send({"type": "http.response.start", "status": code, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+@attrs.define
+class RunningStandIn:
+    url: str
+    store: Store
+    standin: StandIn
+    faults: Faults
+    server: ServerThread
+
+    def drop_watches(self) -> None:
+        """End every open watch stream (the stand-in hands this to its own loop)."""
+        self.standin.close_watches()
+
+    async def write(self, fn: Callable[[], Any]) -> Any:
+        """Change the store the way the API server would (on the stand-in's writer thread)."""
+        return await self.standin.write(fn)
+
+
+@contextlib.contextmanager
+def running_standin(store: Store, *, bookmark_interval: float = 60.0) -> Iterator[RunningStandIn]:
+    # crd_path=None: the stand-in re-reads the CriticalService CRD file for every discovery request
+    # (~45 ms each); these tests never need its schema.
+    standin = StandIn(store, bookmark_interval=bookmark_interval, crd_path=None)
+    faults = Faults(standin.app)
+    standin.app = faults  # type: ignore[assignment]
+    server = ServerThread(standin)
+    url = server.start()
+    try:
+        yield RunningStandIn(url, store, standin, faults, server)
+    finally:
+        faults.clear()
+        server.stop()
+
+
+# --- a transport straight onto a Store (no HTTP), for property tests -----------------------------------
+class StoreTransport:
+    """The Transport protocol served from a sim Store in-process: discovery, LISTs, and watches fed
+    by the store's own events (backlog from `events_since`, 410 when it is too old). Single-threaded:
+    change the store between runs of the event loop. `drop_watches()` ends every open stream."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.queues: list[asyncio.Queue[Any]] = []
+        self.down = False  # an outage: every request fails as if the connection were refused
+        store.subscribe(self._on_event)
+
+    def _check(self, path: str) -> None:
+        if self.down:
+            raise TransportError(f"GET {path}: connection refused (outage)")
+
+    def _on_event(self, event: Any) -> None:
+        for q in list(self.queues):
+            q.put_nowait(event)
+
+    def drop_watches(self) -> None:
+        for q in list(self.queues):
+            q.put_nowait(None)
+
+    def _types(self) -> list[Any]:
+        return self.store.mapper.types()
+
+    def _type(self, group: str, version: str, plural: str) -> Any:
+        for t in self._types():
+            if (t.group, t.version, t.plural) == (group, version, plural):
+                return t
+        raise APIStatusError(404, "NotFound", "the server could not find the requested resource")
+
+    @staticmethod
+    def _split(path: str) -> list[str]:
+        return [p for p in path.split("/") if p]
+
+    async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = "application/json") -> Any:
+        await asyncio.sleep(0)
+        self._check(path)
+        parts = self._split(path)
+        if parts == ["api"]:
+            return {"versions": ["v1"]}
+        if parts == ["apis"]:
+            groups = sorted({t.group for t in self._types() if t.group})
+            return {"groups": [{"name": g, "versions": [{"version": v} for v in
+                                                         sorted({t.version for t in self._types() if t.group == g})]}
+                               for g in groups]}
+        group, version, rest = ("", parts[1], parts[2:]) if parts[0] == "api" else (parts[1], parts[2], parts[3:])
+        if not rest:
+            return {"resources": [{"name": t.plural, "singularName": t.singular, "kind": t.kind,
+                                   "namespaced": t.namespaced, "shortNames": list(t.short_names),
+                                   "verbs": ["list", "watch"]}
+                                  for t in self._types() if (t.group, t.version) == (group, version)]}
+        t = self._type(group, version, rest[0])
+        return {"metadata": {"resourceVersion": str(self.store.resource_version)},
+                "items": self.store.list(t.group_resource)}
+
+    @contextlib.asynccontextmanager
+    async def stream(self, path: str, params: Any = (), *, timeout: float,
+                     accept: str = "application/json") -> AsyncIterator[AsyncIterator[Any]]:
+        await asyncio.sleep(0)
+        self._check(path)
+        parts = self._split(path)
+        group, version, plural = ("", parts[1], parts[2]) if parts[0] == "api" else (parts[1], parts[2], parts[3])
+        t = self._type(group, version, plural)
+        backlog = self.store.events_since(int(dict(params)["resourceVersion"]))
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        if backlog is None:
+            queue.put_nowait({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
+                                                          "message": "too old resource version"}})
+            queue.put_nowait(None)
+        else:
+            for e in backlog:
+                queue.put_nowait(e)
+        self.queues.append(queue)
+
+        async def events() -> AsyncIterator[Any]:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, dict):
+                    yield item
+                elif item.group_resource == t.group_resource:
+                    yield {"type": item.type, "object": item.object}
+
+        try:
+            yield events()
+        finally:
+            self.queues.remove(queue)
+
+    def idle(self) -> bool:
+        return all(q.empty() for q in self.queues)

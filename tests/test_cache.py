@@ -1,0 +1,614 @@
+"""The watch caches (reflectors, discovery, CacheState): on a scripted transport, over HTTP against the
+stand-in, and as a state machine following a store through outages, compactions and CRD churn."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from kubefakes import (
+    RunningStandIn,
+    ScriptedTransport,
+    StoreTransport,
+    eventually,
+    running_standin,
+    story_objects,
+    story_store,
+)
+
+from criticalsvc.api import CRDS, CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef
+from criticalsvc.cache import (
+    APIStatusError,
+    Backoff,
+    CacheState,
+    KubeTransport,
+    Reflector,
+    TransportError,
+    connect,
+    discover,
+)
+from criticalsvc.cache.discovery import parse_resource_list, sync_mapper
+from criticalsvc.criteria import named_resource
+from criticalsvc.decision import AdmissionRequest, Rule, decide
+from criticalsvc.errors import InvalidInput, StateUnavailable
+from criticalsvc.restmapper import ResourceType, RESTMapper
+from criticalsvc.sim.kubeconfig import write_kubeconfig
+from criticalsvc.sim.store import APIError as StoreAPIError
+from criticalsvc.sim.store import Store
+
+pytestmark = pytest.mark.anyio
+
+FAST = Backoff(initial=0.01, maximum=0.05)
+COOL = GroupResource("my.crd.group", "coolresources")
+DEPLOYMENTS = GroupResource("apps", "deployments")
+PROVIDER = ObjectRef(DEPLOYMENTS, "finalizer-namespace", "finalizer-deployment")
+FINALIZER = "my.crd.group/super-important"
+COOL_TYPE = ResourceType("my.crd.group", "v1", "CoolResource", "coolresources", "coolresource", True, ("cool",))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # aiohttp (under kubernetes.aio) runs on asyncio only
+
+
+def delete_request(ref: ObjectRef, old: dict[str, Any] | None, *, name: str | None = None) -> AdmissionRequest:
+    namespace = ref.name if ref.group_resource == NAMESPACES else ref.namespace
+    return AdmissionRequest(uid="u1", group_resource=ref.group_resource, operation="DELETE",
+                            name=ref.name if name is None else name, namespace=namespace, old_object=old)
+
+
+def cool(name: str, *, finalizers: tuple[str, ...] = (FINALIZER,)) -> dict[str, Any]:
+    return {"apiVersion": "my.crd.group/v1", "kind": "CoolResource",
+            "metadata": {"name": name, "namespace": "cool-apps", "finalizers": list(finalizers)}}
+
+
+# --- unit: a reflector on a scripted transport ----------------------------------------------------------
+class DictSink:
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.replaced = 0
+
+    def replace(self, gr: GroupResource, items: Any) -> None:
+        self.replaced += 1
+        self.objects = {i["metadata"]["name"]: i for i in items}
+
+    def upsert(self, gr: GroupResource, obj: Any) -> None:
+        self.objects[obj["metadata"]["name"]] = obj
+
+    def delete(self, gr: GroupResource, obj: Any) -> None:
+        self.objects.pop(obj["metadata"]["name"], None)
+
+
+def obj(name: str, rv: int) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)}}
+
+
+def page(rv: int, *names: str, cont: str = "") -> dict[str, Any]:
+    metadata: dict[str, Any] = {"resourceVersion": str(rv)}
+    if cont:
+        metadata["continue"] = cont
+    return {"metadata": metadata, "items": [obj(n, rv) for n in names]}
+
+
+def event(kind: str, name: str, rv: int) -> dict[str, Any]:
+    return {"type": kind, "object": obj(name, rv)}
+
+
+@contextlib.asynccontextmanager
+async def reflecting(transport: ScriptedTransport, sink: DictSink) -> AsyncIterator[Reflector]:
+    reflector = Reflector(transport=transport, resource=COOL_TYPE, sink=sink, backoff=FAST, rng=random.Random(1))
+    reflector.start()
+    try:
+        yield reflector
+    finally:
+        await reflector.stop()
+
+
+async def test_reflector_lists_all_pages_then_watches_from_the_list_version() -> None:
+    """The LIST follows continue tokens, and the watch starts at its resourceVersion asking for bookmarks."""
+    t, sink = ScriptedTransport(), DictSink()
+    t.gets.extend([page(7, "a", "b", cont="tok"), page(7, "c")])
+    t.streams.append([event("ADDED", "d", 8), {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}}])
+    async with reflecting(t, sink) as r:
+        await eventually(lambda: r.resource_version == "12", what="the bookmark's version")
+        assert sorted(sink.objects) == ["a", "b", "c", "d"]
+        assert r.synced.is_set()
+        assert t.of("get")[1].params["continue"] == "tok"
+        watch = t.of("stream")[0].params
+        assert watch["resourceVersion"] == "7" and watch["allowWatchBookmarks"] == "true"
+        assert "resourceVersion" not in t.of("get")[0].params  # a consistent LIST, not "0"
+        assert r.restarts == 0
+
+
+async def test_reflector_relists_after_410_gone_in_the_stream() -> None:
+    """An ERROR event with code 410 makes the reflector LIST again and replace what it holds."""
+    t, sink = ScriptedTransport(), DictSink()
+    t.gets.extend([page(5, "a", "b"), page(9, "b", "c")])
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}}
+    t.streams.extend([[gone], []])
+    async with reflecting(t, sink) as r:
+        await eventually(lambda: r.lists == 2, what="a second LIST")
+        assert sorted(sink.objects) == ["b", "c"]
+        assert r.restarts == 1
+        await eventually(lambda: len(t.of("stream")) == 2)
+        assert t.of("stream")[1].params["resourceVersion"] == "9"
+
+
+async def test_reflector_relists_after_a_410_answer_to_the_watch_request() -> None:
+    """A 410 status for the watch request itself (no event) also leads to a fresh LIST."""
+    t, sink = ScriptedTransport(), DictSink()
+    t.gets.extend([page(5, "a"), page(20, "z")])
+    t.streams.extend([APIStatusError(410, "Gone", "too old"), []])
+    async with reflecting(t, sink) as r:
+        await eventually(lambda: r.lists == 2)
+        assert sorted(sink.objects) == ["z"] and r.restarts == 1
+
+
+async def test_reflector_resumes_a_dropped_stream_from_the_last_event_without_listing() -> None:
+    """A stream broken off mid-way is re-opened from the last event's resourceVersion; no LIST is needed."""
+    t, sink = ScriptedTransport(), DictSink()
+    t.gets.append(page(5, "a"))
+    t.streams.extend([[event("ADDED", "b", 6), TransportError("connection reset")], [event("DELETED", "a", 7)]])
+    async with reflecting(t, sink) as r:
+        await eventually(lambda: len(t.of("stream")) == 2 and "a" not in sink.objects,
+                         what="the event after the reconnect")
+        assert sorted(sink.objects) == ["b"]
+        assert t.of("stream")[1].params["resourceVersion"] == "6"
+        assert r.lists == 1 and r.restarts == 1
+
+
+async def test_reflector_is_not_synced_until_a_list_succeeds() -> None:
+    """A failing LIST is retried with backoff; `synced` is set only by the first successful LIST."""
+    t, sink = ScriptedTransport(), DictSink()
+    t.gets.extend([APIStatusError(500, "InternalError", "etcd down"), TransportError("refused")])
+    async with reflecting(t, sink) as r:
+        await eventually(lambda: r.restarts == 2)
+        assert not r.synced.is_set()
+        assert "refused" in (r.last_error or "")
+        t.gets.append(page(3, "a"))
+        await asyncio.wait_for(r.synced.wait(), 5)
+        assert list(sink.objects) == ["a"]
+
+
+async def test_reflector_treats_an_instantly_closed_empty_stream_as_a_failure() -> None:
+    """A server that closes every watch at once without an event makes the loop back off, not spin."""
+    t, sink = ScriptedTransport(), DictSink()
+    t.gets.append(page(3, "a"))
+    t.streams.extend([[], [], [event("ADDED", "b", 4)]])
+    async with reflecting(t, sink) as r:
+        await eventually(lambda: "b" in sink.objects)
+        assert r.restarts == 2 and r.lists == 1
+
+
+async def test_reflector_backs_off_when_410_repeats_without_events() -> None:
+    """A first 410 relists at once; 410s in a row without an event in between wait, doubling."""
+    t, sink = ScriptedTransport(), DictSink()
+    gone = {"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "too old"}}
+    t.gets.extend([page(1, "a"), page(2, "a"), page(3, "a"), page(4, "a"), page(5, "a")])
+    t.streams.extend([[gone], [gone], [gone], [event("ADDED", "b", 6), gone], []])
+    waits: list[float] = []
+
+    async def record(delay: float) -> None:
+        waits.append(delay)
+
+    reflector = Reflector(transport=t, resource=COOL_TYPE, sink=sink, backoff=Backoff(1.0, 8.0), rng=random.Random(1))
+    reflector.sleep = record
+    reflector.start()
+    try:
+        await eventually(lambda: reflector.lists == 5, what="five LISTs")
+    finally:
+        await reflector.stop()
+    assert reflector.restarts == 4
+    assert len(waits) == 2 and 0.5 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 2.0  # none after the event
+
+
+def test_backoff_doubles_to_its_cap_with_jitter() -> None:
+    """Delays start at 0.5 s, double per failure, stop at 30 s, and stay within half to all of that."""
+    b, rng = Backoff(), random.Random(7)
+    for failures, base in [(1, 0.5), (2, 1.0), (3, 2.0), (7, 30.0), (50, 30.0)]:
+        delay = b.delay(failures, rng)
+        assert base / 2 <= delay <= base
+
+
+# --- unit: discovery -------------------------------------------------------------------------------------
+def test_resource_lists_keep_listable_top_level_resources() -> None:
+    """Subresources and resources that cannot be listed and watched are not served types for the gate."""
+    doc = {"resources": [
+        {"name": "deployments", "singularName": "deployment", "namespaced": True, "kind": "Deployment",
+         "verbs": ["get", "list", "watch", "delete"], "shortNames": ["deploy"]},
+        {"name": "deployments/status", "namespaced": True, "kind": "Deployment", "verbs": ["get"]},
+        {"name": "tokenreviews", "namespaced": False, "kind": "TokenReview", "verbs": ["create"]},
+    ]}
+    (t,) = parse_resource_list(doc, "apps", "v1")
+    assert (t.plural, t.kind, t.namespaced, t.short_names) == ("deployments", "Deployment", True, ("deploy",))
+
+
+async def test_discovery_reports_groups_it_could_not_read() -> None:
+    """A group whose version document fails is listed in failed_groups; the other groups are served."""
+    t = ScriptedTransport()
+    core = {"resources": [{"name": "namespaces", "kind": "Namespace", "namespaced": False}]}
+    t.gets.extend([
+        {"groups": [{"name": "metrics.k8s.io", "versions": [{"version": "v1beta1"}]}]},  # /apis
+        {"versions": ["v1"]},  # /api
+    ])
+    answers = {"/api/v1": core, "/apis/metrics.k8s.io/v1beta1": APIStatusError(503, "ServiceUnavailable", "down")}
+
+    async def get(path: str, params: Any = (), **kw: Any) -> Any:
+        if path in answers:
+            if isinstance(answers[path], Exception):
+                raise answers[path]
+            return answers[path]
+        return await ScriptedTransport.get(t, path, params, **kw)
+
+    t.get = get  # type: ignore[method-assign]
+    result = await discover(t)
+    assert [x.plural for x in result.types] == ["namespaces"]
+    assert result.failed_groups == {"metrics.k8s.io"}
+
+
+def test_sync_mapper_forgets_vanished_types_and_learns_new_ones() -> None:
+    """After sync_mapper the mapper resolves exactly the given types, by every spelling."""
+    mapper = RESTMapper([COOL_TYPE])
+    ns = ResourceType("", "v1", "Namespace", "namespaces", "namespace", False, ("ns",))
+    assert sync_mapper(mapper, [ns])
+    assert mapper.resolve(GroupResource("my.crd.group", "cool")) is None
+    assert mapper.resolve(GroupResource("", "Namespace")) == NAMESPACES
+    assert not sync_mapper(mapper, [ns])
+
+
+# --- against the stand-in ---------------------------------------------------------------------------------
+@pytest.fixture
+def env() -> Any:
+    with running_standin(story_store()) as e:
+        yield e
+
+
+@contextlib.asynccontextmanager
+async def live_cache(env: RunningStandIn, tmp_path: Path, **options: Any) -> AsyncIterator[CacheState]:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", env.url)
+    api = await connect(kubeconfig=str(kubeconfig))
+    cache = CacheState(KubeTransport(api), backoff=FAST, **options)
+    try:
+        await cache.start()
+        yield cache
+    finally:
+        await cache.stop()
+        await api.close()
+
+
+async def all_watching(cache: CacheState) -> None:
+    """Wait until every reflector's watch stream is open (so the stand-in can end it)."""
+    assert await cache.wait_ready(5)
+    await eventually(lambda: all(r.watching for r in map(cache.reflector, cache.watched()) if r is not None),
+                     what="every watch open")
+
+
+def every_delete(store: Store) -> list[AdmissionRequest]:
+    requests = []
+    for ref in store.refs():
+        old = store.get(ref.group_resource, ref.namespace, ref.name)
+        requests.append(delete_request(ref, old))
+        requests.append(delete_request(ref, old, name=""))  # an item of a deletecollection
+    return requests
+
+
+async def test_caches_sync_from_the_stand_in_and_decide_as_the_store_does(env: RunningStandIn, tmp_path: Path) -> None:
+    """Synced caches give the same decision as the store itself for the deletion of every object."""
+    async with live_cache(env, tmp_path) as cache:
+        assert await cache.wait_ready(5)
+        assert set(cache.watched()) == {CRITICAL_SERVICES, NAMESPACES, CRDS, DEPLOYMENTS, COOL}
+        requests = every_delete(env.store)
+        assert len(requests) > 20
+        for request in requests:
+            assert decide(request, cache) == decide(request, env.store.state), request
+        assert decide(delete_request(PROVIDER, None), cache).rule == Rule.BLOCKED
+        assert cache.counts()["coolresources.my.crd.group"] == 3
+        assert cache.counts()["namespaces"] == sum(1 for _ in env.store.refs(NAMESPACES))
+
+
+async def test_state_is_unavailable_and_not_ready_until_every_needed_cache_synced(
+        env: RunningStandIn, tmp_path: Path) -> None:
+    """While one needed resource cannot be listed, questions about it raise and the provider stays protected."""
+    env.faults.add(r"^/apis/my\.crd\.group/v1/coolresources$", watch=False)
+    async with live_cache(env, tmp_path) as cache:
+        with pytest.raises(StateUnavailable):
+            cache.resolve(DEPLOYMENTS)
+        await eventually(lambda: cache.unsynced() == ["coolresources.my.crd.group"], what="all but one synced")
+        assert not cache.ready
+        with pytest.raises(StateUnavailable, match=r"coolresources\.my\.crd\.group cache has not synced"):
+            cache.with_finalizer(COOL, FINALIZER)
+        denied = decide(delete_request(PROVIDER, env.store.get(DEPLOYMENTS, PROVIDER.namespace, PROVIDER.name)),
+                        cache)
+        assert not denied.allowed and denied.rule == Rule.UNVERIFIABLE
+        assert cache.get(ObjectRef(NAMESPACES, "", "cool-apps")) is not None  # synced resources answer
+        env.faults.clear()
+        assert await cache.wait_ready(5)
+        assert decide(delete_request(PROVIDER, None), cache).rule == Rule.BLOCKED
+
+
+async def test_resync_after_a_dropped_watch_reflects_changes_made_meanwhile(
+        env: RunningStandIn, tmp_path: Path) -> None:
+    """Watches broken off and refused for a while resume from their version and catch up on the gap."""
+    restarted: list[str] = []
+    async with live_cache(env, tmp_path, on_watch_restart=restarted.append) as cache:
+        await all_watching(cache)
+        watches = env.faults.seen("coolresources", watch=True)
+        env.faults.add(r"/coolresources$", watch=True, action="abort")
+        env.drop_watches()
+        await eventually(lambda: env.faults.seen("coolresources", watch=True) >= watches + 2,
+                         what="reconnects that break off")
+        await env.write(lambda: env.store.remove_finalizer(ObjectRef(COOL, "cool-apps", "alpha"), FINALIZER))
+        await env.write(lambda: env.store.create(cool("delta")))
+        env.faults.clear()
+        await eventually(lambda: cache.get(ObjectRef(COOL, "cool-apps", "delta")) is not None, what="delta")
+        alpha = cache.get(ObjectRef(COOL, "cool-apps", "alpha"))
+        assert alpha is not None and alpha.finalizers == ()
+        assert {o.name for o in cache.with_finalizer(COOL, FINALIZER)} == {"beta", "gamma", "delta"}
+        reflector = cache.reflector(COOL)
+        assert reflector is not None and reflector.lists == 1  # resumed, not re-listed
+        assert cache.watch_restarts["coolresources.my.crd.group"] >= 2
+        assert "coolresources.my.crd.group" in restarted
+
+
+async def test_resync_after_410_gone_relists_and_reflects_the_gap(env: RunningStandIn, tmp_path: Path) -> None:
+    """When the watch's version was compacted away, the cache lists again and shows what changed."""
+    async with live_cache(env, tmp_path) as cache:
+        await all_watching(cache)
+        env.faults.add(r"/coolresources$", watch=True, status=500)
+        env.drop_watches()
+        reflector = cache.reflector(COOL)
+        assert reflector is not None
+        await eventually(lambda: reflector.restarts >= 1, what="a refused reconnect")
+        await env.write(lambda: env.store.remove_finalizer(ObjectRef(COOL, "cool-apps", "beta"), FINALIZER))
+
+        def compact() -> None:
+            env.store.events.clear()  # etcd compaction: the versions the watch knows are gone
+            env.store.create(cool("epsilon", finalizers=()))
+
+        await env.write(compact)
+        env.faults.clear()
+        await eventually(lambda: reflector.lists == 2, what="a second LIST after 410")
+        assert {o.name for o in cache.with_finalizer(COOL, FINALIZER)} == {"alpha", "gamma"}
+        assert cache.get(ObjectRef(COOL, "cool-apps", "epsilon")) is not None
+        for request in every_delete(env.store):
+            assert decide(request, cache) == decide(request, env.store.state), request
+
+
+async def test_a_criterion_type_that_appears_later_is_watched_and_blocks(tmp_path: Path) -> None:
+    """CriticalService first, CRD and finalized CRs later: the new type is watched and blocks the provider."""
+    with running_standin(story_store(skip_kinds=("CustomResourceDefinition", "CoolResource"))) as env:
+        async with live_cache(env, tmp_path) as cache:
+            assert await cache.wait_ready(5)
+            assert COOL not in cache.watched()
+            assert cache.resolve(COOL) is None
+            allowed = decide(delete_request(PROVIDER, None), cache)
+            assert allowed.allowed and allowed.rule == Rule.CRITERIA_MET  # nothing of an unserved type exists
+            (crd,) = story_objects("CustomResourceDefinition")
+            await env.write(lambda: env.store.create(crd))
+            await eventually(lambda: COOL in cache.watched() and cache.ready, what="coolresources watched")
+            await env.write(lambda: env.store.create(cool("alpha")))
+            await eventually(lambda: cache.with_finalizer(COOL, FINALIZER), what="alpha in the cache")
+            denied = decide(delete_request(PROVIDER, None), cache)
+            assert not denied.allowed and denied.rule == Rule.BLOCKED
+            assert f"coolresources.my.crd.group cool-apps/alpha still carries finalizer {FINALIZER}" in denied.message
+
+
+async def test_a_resource_no_critical_service_names_is_no_longer_watched(env: RunningStandIn, tmp_path: Path) -> None:
+    """Deleting the only CriticalService stops the watches of its provider and criteria types."""
+    async with live_cache(env, tmp_path) as cache:
+        assert await cache.wait_ready(5)
+        await env.write(lambda: env.store.delete(ObjectRef(CRITICAL_SERVICES, "", "for-finalizer-deployment")))
+        await eventually(lambda: set(cache.watched()) == {CRITICAL_SERVICES, NAMESPACES, CRDS}, what="unwatched")
+        assert "coolresources.my.crd.group" not in cache.counts()
+        assert cache.critical_services() == [] and cache.ready
+        assert decide(delete_request(PROVIDER, None), cache).rule == Rule.UNPROTECTED
+
+
+async def test_a_failed_discovery_group_makes_its_names_unanswerable(env: RunningStandIn, tmp_path: Path) -> None:
+    """If a group's discovery fails, a name in it is neither served nor not served: the state refuses to say."""
+    env.faults.add(r"^/apis/work\.open-cluster-management\.io(/v1)?$", watch=False)
+    async with live_cache(env, tmp_path) as cache:
+        assert await cache.wait_ready(5)
+        with pytest.raises(StateUnavailable, match=r"discovery of API group work\.open-cluster-management\.io"):
+            cache.resolve(GroupResource("work.open-cluster-management.io", "ManifestWork"))
+        assert cache.resolve(GroupResource("apps", "Deployment")) == DEPLOYMENTS
+
+
+async def test_transport_maps_errors_to_status_and_transport_errors(env: RunningStandIn, tmp_path: Path) -> None:
+    """An error answer keeps the server's code and reason; no answer at all is a TransportError."""
+    from kubernetes.aio import client
+
+    env.faults.add(r"^/api/v1/namespaces$", status=500, times=1)
+    api = client.ApiClient(client.Configuration(host=env.url))
+    try:
+        transport = KubeTransport(api)
+        with pytest.raises(APIStatusError) as caught:
+            await transport.get("/api/v1/namespaces", timeout=5)
+        assert (caught.value.code, caught.value.reason) == (500, "InternalError")
+        with pytest.raises(APIStatusError) as missing:
+            await transport.get("/api/v1/namespaces/nope", timeout=5)
+        assert missing.value.not_found and missing.value.details.get("name") == "nope"
+    finally:
+        await api.close()
+    closed = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))  # discard port: nothing listens
+    try:
+        with pytest.raises(TransportError):
+            await KubeTransport(closed).get("/api", timeout=2)
+    finally:
+        await closed.close()
+
+
+async def test_connect_names_the_kubeconfig_it_cannot_use(tmp_path: Path) -> None:
+    """A missing or broken kubeconfig is one clear InvalidInput naming the file, not a traceback."""
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\ncurrent-context: nowhere\n")
+    with pytest.raises(InvalidInput, match=str(broken)):
+        await connect(kubeconfig=str(broken))
+
+
+# --- property: whatever the API server does, a settled cache decides as the store does --------------------
+CR_NAMES = ("alpha", "beta", "gamma", "delta")
+FINALIZERS = (FINALIZER, "other.example/keep")
+CRD_NAME = "coolresources.my.crd.group"
+SERVICE = "for-finalizer-deployment"
+CRITERIA = {
+    "finalizer": {"type": "Finalizer", "finalizer": {"group": "my.crd.group", "resource": "coolresources",
+                                                     "finalizerName": FINALIZER}},
+    "kind": {"type": "Finalizer", "finalizer": {"group": "my.crd.group", "resource": "CoolResource",
+                                                "finalizerName": "other.example/keep"}},
+    "selected": {"type": "Resources", "resources": {"group": "my.crd.group", "resource": "cool",
+                                                    "namespace": "cool-apps",
+                                                    "selector": {"matchLabels": {"tier": "db"}}}},
+    "crd": {"type": "SpecificResource", "specificResource": {
+        "group": "apiextensions.k8s.io", "resource": "CustomResourceDefinition", "name": CRD_NAME}},
+}
+
+
+class CacheFollowsTheStore(RuleBasedStateMachine):
+    """Random writes, dropped watches, compactions and CRD churn; after each, the settled cache agrees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.store = story_store()
+        self.transport = StoreTransport(self.store)
+        self.cache = CacheState(self.transport, backoff=FAST, rng=random.Random(0))
+        self.loop.run_until_complete(self.cache.start())
+        self.settle()
+
+    def teardown(self) -> None:
+        self.loop.run_until_complete(self.cache.stop())
+        self.loop.close()
+
+    def settle(self) -> None:
+        """Run the loop until the cache has caught up (or, during an outage, until it has tried)."""
+        async def settled() -> None:
+            quiet = 0
+            for _ in range(5000):
+                reflectors = [self.cache.reflector(gr) for gr in self.cache.watched()]
+                caught_up = self.cache.ready and all(r is not None and r.watching for r in reflectors)
+                if (self.transport.down or caught_up) and self.transport.idle() and not self.cache.discovery_pending:
+                    quiet += 1
+                    if quiet > 3:
+                        return
+                else:
+                    quiet = 0
+                await asyncio.sleep(0 if quiet else 0.0005)
+            raise AssertionError(f"the cache did not settle: unsynced {self.cache.unsynced()}")
+
+        self.loop.run_until_complete(settled())
+
+    def attempt(self, write: Any) -> None:
+        with contextlib.suppress(StoreAPIError):  # e.g. no such CRD (404), or it is terminating (405)
+            write()
+        self.settle()
+
+    @rule(name=st.sampled_from(CR_NAMES), finalizers=st.sets(st.sampled_from(FINALIZERS)), db=st.booleans())
+    def put_resource(self, name: str, finalizers: set[str], db: bool) -> None:
+        def write() -> None:
+            manifest = cool(name, finalizers=tuple(sorted(finalizers)))
+            manifest["metadata"]["labels"] = {"tier": "db" if db else "web"}
+            if self.store.exists(COOL, "cool-apps", name):
+                self.store.update(manifest)
+            else:
+                self.store.create(manifest)
+
+        self.attempt(write)
+
+    @rule(name=st.sampled_from(CR_NAMES))
+    def delete_resource(self, name: str) -> None:
+        self.attempt(lambda: self.store.delete(ObjectRef(COOL, "cool-apps", name)))
+
+    @rule(name=st.sampled_from(CR_NAMES), finalizer=st.sampled_from(FINALIZERS))
+    def finalize_resource(self, name: str, finalizer: str) -> None:
+        self.attempt(lambda: self.store.remove_finalizer(ObjectRef(COOL, "cool-apps", name), finalizer))
+
+    @rule(criteria=st.lists(st.sampled_from(sorted(CRITERIA)), min_size=1, max_size=3, unique=True))
+    def put_service(self, criteria: list[str]) -> None:
+        def write() -> None:
+            manifest = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService",
+                        "metadata": {"name": SERVICE},
+                        "spec": {"provider": {"group": "apps", "resource": "deployments",
+                                              "namespace": "finalizer-namespace", "name": "finalizer-deployment"},
+                                 "criteria": [CRITERIA[c] for c in criteria]}}
+            if self.store.exists(CRITICAL_SERVICES, "", SERVICE):
+                self.store.update(manifest)
+            else:
+                self.store.create(manifest)
+
+        self.attempt(write)
+
+    @rule()
+    def delete_service(self) -> None:
+        self.attempt(lambda: self.store.delete(ObjectRef(CRITICAL_SERVICES, "", SERVICE)))
+
+    @rule()
+    def remove_crd(self) -> None:
+        """The CRD goes, with its instances (as the CRD's cleanup would do it)."""
+        def write() -> None:
+            for ref in list(self.store.refs(COOL)):
+                self.store.delete(ref)
+                for f in FINALIZERS:
+                    self.store.remove_finalizer(ref, f)
+            crd = ObjectRef(CRDS, "", CRD_NAME)
+            self.store.delete(crd)
+            self.store.remove_finalizer(crd, "customresourcecleanup.apiextensions.k8s.io")
+
+        self.attempt(write)
+
+    @rule()
+    def create_crd(self) -> None:
+        (crd,) = story_objects("CustomResourceDefinition")
+        self.attempt(lambda: self.store.create(crd))
+
+    @rule()
+    def drop_watches(self) -> None:
+        self.transport.drop_watches()
+        self.settle()
+
+    @precondition(lambda self: not self.transport.down)
+    @rule()
+    def outage(self) -> None:
+        """The API server is unreachable: watches break, reconnects fail; writes go on meanwhile."""
+        self.transport.down = True
+        self.transport.drop_watches()
+        self.settle()
+
+    @precondition(lambda self: self.transport.down)
+    @rule(compacted=st.booleans())
+    def recover(self, compacted: bool) -> None:
+        """Back again; if etcd compacted meanwhile, resuming watches get 410 and must list again."""
+        if compacted:
+            del self.store.events[:-1]
+        self.transport.down = False
+        self.settle()
+
+    @invariant()
+    def decides_as_the_store(self) -> None:
+        if self.transport.down:
+            return  # a cache cut off from its API server is behind by design; the live read covers it
+        named = {self.store.mapper.resolve(gr) for cs in self.store.state.critical_services()
+                 for gr in [cs.provider.group_resource, *map(named_resource, cs.criteria)]}
+        assert set(self.cache.watched()) == {CRITICAL_SERVICES, NAMESPACES, CRDS} | (named - {None})
+        for request in [*every_delete(self.store), delete_request(PROVIDER, None)]:
+            assert decide(request, self.cache) == decide(request, self.store.state), request
+        served = self.store.mapper.lookup(COOL) is not None
+        assert (self.cache.resolve(COOL) is not None) == served
+        if served and COOL in self.cache.watched():  # watched exactly while a CriticalService names it
+            assert {o.name for o in self.cache.with_finalizer(COOL, FINALIZER)} == {
+                o.name for o in self.store.state.with_finalizer(COOL, FINALIZER)}
+
+
+# A quarter of the profile's examples (25 in dev and ci, ~1 s), so the deep `big` profile runs it deeply too.
+CacheFollowsTheStore.TestCase.settings = settings(
+    max_examples=max(25, settings.default.max_examples // 4), stateful_step_count=12, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+test_cache_follows_the_store = CacheFollowsTheStore.TestCase

@@ -1,0 +1,219 @@
+"""Live confirmation: an ALLOW stands only if a fresh read from the API server also allows."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubefakes import RunningStandIn, eventually, running_standin, story_objects, story_store
+
+from criticalsvc.admission import parse_review
+from criticalsvc.api import NAMESPACES, GroupResource, ObjectRef
+from criticalsvc.cache import Backoff, CacheState, KubeTransport
+from criticalsvc.decision import AdmissionRequest, Rule, allow, decide
+from criticalsvc.errors import StateUnavailable
+from criticalsvc.live import LiveReader, LiveReadFailed, LiveState
+from criticalsvc.restmapper import RESTMapper
+from criticalsvc.server import Webhook
+
+pytestmark = pytest.mark.anyio
+
+FAST = Backoff(initial=0.01, maximum=0.05)
+DEPLOYMENTS = GroupResource("apps", "deployments")
+PROVIDER = ObjectRef(DEPLOYMENTS, "finalizer-namespace", "finalizer-deployment")
+REVIEW = json.loads(Path("api/examples/reviews/delete-provider.json").read_text())
+# Everything but the CRD and its finalized CRs: the provider's criteria are met.
+MET = ("CustomResourceDefinition", "CoolResource")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def provider_delete() -> AdmissionRequest:
+    return parse_review(REVIEW)
+
+
+@pytest.fixture
+def met() -> Iterator[RunningStandIn]:
+    with running_standin(story_store(skip_kinds=MET)) as env:
+        yield env
+
+
+@contextlib.asynccontextmanager
+async def reader_for(env: RunningStandIn, **options: Any) -> AsyncIterator[LiveReader]:
+    from kubernetes.aio import client
+
+    api = client.ApiClient(client.Configuration(host=env.url))
+    try:
+        yield LiveReader(KubeTransport(api), **options)
+    finally:
+        await api.close()
+
+
+@contextlib.asynccontextmanager
+async def cache_and_reader(env: RunningStandIn, **options: Any) -> AsyncIterator[tuple[CacheState, LiveReader]]:
+    from kubernetes.aio import client
+
+    api = client.ApiClient(client.Configuration(host=env.url))
+    transport = KubeTransport(api)
+    cache = CacheState(transport, backoff=FAST)
+    try:
+        await cache.start()
+        yield cache, LiveReader(transport, mapper=cache.mapper, **options)
+    finally:
+        await cache.stop()
+        await api.close()
+
+
+# --- the memo ---------------------------------------------------------------------------------------------
+def test_live_state_collects_the_questions_a_decision_asks() -> None:
+    """A run on an empty memo records what it needed and decides nothing final; a filled memo answers."""
+    live = LiveState(mapper=RESTMapper())
+    decide(provider_delete(), live)
+    assert live.missing == {("services",)}
+    answered = LiveState({("services",): []}, mapper=RESTMapper())
+    decision = decide(provider_delete(), answered)
+    assert not answered.missing and decision.rule == Rule.UNPROTECTED
+
+
+def test_a_failed_read_in_the_memo_makes_the_decision_unverifiable() -> None:
+    """When the deciding path reaches a read that failed, the decision is the 'could not verify' denial."""
+    failed = LiveReadFailed("a fresh read of the CriticalServices from the API server failed: 500", reason="error")
+    live = LiveState({("services",): failed}, mapper=RESTMapper())
+    decision = decide(provider_delete(), live)
+    assert not decision.allowed and decision.rule == Rule.UNVERIFIABLE
+    assert "could not verify" in decision.message and "500" in decision.message
+    assert live.failure is failed and isinstance(failed, StateUnavailable)
+
+
+# --- against the stand-in -------------------------------------------------------------------------------------
+async def test_confirmation_allows_when_the_fresh_read_agrees(met: RunningStandIn) -> None:
+    """With the criteria met on the API server too, the ALLOW stands, read without resourceVersion."""
+    cached = decide(provider_delete(), met.store.state)
+    assert cached.allowed and cached.protected
+    async with reader_for(met) as reader:
+        confirmation = await reader.confirmation(provider_delete(), cached)
+    assert confirmation.confirmed and confirmation.decision.allowed
+    assert confirmation.decision.rule == Rule.CRITERIA_MET and confirmation.rounds >= 2
+    assert met.faults.seen(r"/criticalservices$") == 1
+    assert all("resourceVersion" not in query for _m, _p, query in met.faults.requests)
+
+
+async def test_a_stale_cache_allow_becomes_a_deny_after_confirmation(met: RunningStandIn) -> None:
+    """The cache missed a new CRD and its finalized CRs; the fresh read finds them and denies."""
+    async with cache_and_reader(met) as (cache, reader):
+        assert await cache.wait_ready(5)
+        await eventually(lambda: all(r.watching for r in map(cache.reflector, cache.watched()) if r is not None))
+        met.faults.add(r".*", watch=True, status=500)  # from now on the cache hears nothing
+        met.drop_watches()
+        await eventually(lambda: not any(r.watching for r in map(cache.reflector, cache.watched()) if r is not None))
+        (crd,) = story_objects("CustomResourceDefinition")
+        await met.write(lambda: met.store.create(crd))
+        for cr in story_objects("CoolResource"):
+            await met.write(lambda cr=cr: met.store.create(cr))
+        stale = decide(provider_delete(), cache)
+        assert stale.allowed and stale.protected  # the cache still believes the criteria are met
+        confirmed = await reader.confirm(provider_delete(), stale)
+    assert not confirmed.allowed and confirmed.rule == Rule.BLOCKED
+    assert "still carry finalizer my.crd.group/super-important (3 objects" in confirmed.message
+    assert met.faults.seen(r"^/apis/my\.crd\.group/v1$", watch=False) >= 1  # learned by fresh discovery
+
+
+async def test_confirmation_fails_closed_when_the_api_server_errors(met: RunningStandIn) -> None:
+    """A 500 on a confirmation read raises StateUnavailable; decided live, it is the 'could not verify' denial."""
+    failures: list[str] = []
+    cached = decide(provider_delete(), met.store.state)
+    met.faults.add(r"/criticalservices$", watch=False, status=500)
+    async with reader_for(met, on_failure=failures.append) as reader:
+        with pytest.raises(LiveReadFailed) as caught:
+            await reader.confirm(provider_delete(), cached)
+        assert caught.value.reason == "error" and "500 InternalError" in str(caught.value)
+        live = await reader.decide(provider_delete())
+    assert not live.decision.allowed and live.decision.rule == Rule.UNVERIFIABLE
+    assert "could not verify" in live.decision.message
+    assert failures == ["error", "error"]
+
+
+async def test_confirmation_gives_up_within_its_budget(met: RunningStandIn) -> None:
+    """An API server that does not answer makes the confirmation fail as a timeout within the budget."""
+    cached = decide(provider_delete(), met.store.state)
+    met.faults.add(r"/criticalservices$", watch=False, action="hang")
+    async with reader_for(met, timeout=0.3) as reader:
+        started = time.monotonic()
+        with pytest.raises(LiveReadFailed) as caught:
+            await reader.confirm(provider_delete(), cached)
+        elapsed = time.monotonic() - started
+    assert caught.value.reason == "timeout" and 0.25 <= elapsed < 1.5
+
+
+async def test_only_allows_a_critical_service_had_a_say_in_are_read_again(met: RunningStandIn) -> None:
+    """Denials and ALLOWs of unprotected objects come from the cache alone; nothing is read."""
+    other = AdmissionRequest(uid="u2", group_resource=DEPLOYMENTS, operation="DELETE", name="web",
+                             namespace="default", old_object={"metadata": {"name": "web", "namespace": "default"}})
+    denial = decide(parse_review({**REVIEW, "request": {**REVIEW["request"], "oldObject": {"metadata": {
+        "name": "finalizer-deployment", "labels": {"criticalsvc.io/deletion-protected": "Always"}}}}}),
+        met.store.state)
+    assert not denial.allowed
+    async with reader_for(met) as reader:
+        before = len(met.faults.requests)
+        assert await reader.confirm(provider_delete(), denial) is denial
+        unprotected = decide(other, met.store.state)
+        assert unprotected.rule == Rule.UNPROTECTED
+        assert await reader.confirm(other, unprotected) is unprotected
+        assert len(met.faults.requests) == before
+        namespace = AdmissionRequest(uid="u3", group_resource=NAMESPACES, operation="DELETE", name="default",
+                                     namespace="default")
+        assert reader.needs_confirmation(namespace, allow(Rule.UNPROTECTED))
+
+
+# --- wired into the webhook --------------------------------------------------------------------------------
+async def test_the_webhook_answers_503_before_sync_and_the_confirmed_decision_after(met: RunningStandIn) -> None:
+    """Served by the real Webhook: 503 until the caches sync, then a fresh-read denial of a stale ALLOW."""
+    met.faults.add(r"^/api/v1/namespaces$", watch=False, status=500)
+    async with cache_and_reader(met) as (cache, reader):
+        webhook = Webhook(cache, confirm=reader.confirm, needs_confirmation=reader.needs_confirmation)
+        transport = httpx.ASGITransport(app=webhook.webhook_app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as http:
+            await eventually(lambda: cache.unsynced() == ["namespaces"], what="all but namespaces synced")
+            first = await http.post("/validate", json=REVIEW)
+            assert first.status_code == 503 and "namespaces" in first.json()["error"]
+            met.faults.clear()
+            assert await cache.wait_ready(5)
+            assert (await http.post("/validate", json=REVIEW)).json()["response"]["allowed"] is True
+            met.faults.add(r"/criticalservices$", watch=False, status=500)
+            failed = (await http.post("/validate", json=REVIEW)).json()["response"]
+            assert failed["allowed"] is False and "could not verify" in failed["status"]["message"]
+            metrics = (await http.get("/metrics")).text
+        assert 'criticalsvc_live_confirmation_failures_total{reason="error"} 1.0' in metrics
+        assert 'criticalsvc_cache_objects{resource="namespaces"}' in metrics
+
+
+async def test_a_selector_criterion_is_read_fresh_from_its_namespace_with_the_selector() -> None:
+    """A Resources criterion is confirmed by a LIST of its namespace with labelSelector; a match denies."""
+    store = story_store(skip_kinds=("CriticalService",))
+    service = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "db"},
+               "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "finalizer-namespace",
+                                     "name": "finalizer-deployment"},
+                        "criteria": [{"type": "Resources", "resources": {
+                            "group": "my.crd.group", "resource": "cool", "namespace": "cool-apps",
+                            "selector": {"matchLabels": {"tier": "db"}}}}]}}
+    store.create(service)
+    stale = decide(provider_delete(), store.state)
+    assert stale.allowed  # no CoolResource is labelled tier=db yet
+    store.create({"apiVersion": "my.crd.group/v1", "kind": "CoolResource",
+                  "metadata": {"name": "db-0", "namespace": "cool-apps", "labels": {"tier": "db"}}})
+    with running_standin(store) as env:
+        async with reader_for(env) as reader:
+            confirmed = await reader.confirm(provider_delete(), stale)
+        collection = "/apis/my.crd.group/v1/namespaces/cool-apps/coolresources"
+        lists = [q for _m, p, q in env.faults.requests if p == collection]
+    assert not confirmed.allowed and "coolresources.my.crd.group cool-apps/db-0" in confirmed.message
+    assert lists and all("labelSelector=tier%3Ddb" in q for q in lists)
