@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "serve":  # `serve` sets its own level; elsewhere stdout is the command's output only
+        from .logs import configure_logging
+
+        configure_logging("warning")
     try:
         code: int = args.run(args)
         return code

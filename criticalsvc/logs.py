@@ -57,13 +57,23 @@ def configure_logging(level: str = "info", *, stream: BinaryIO | None = None) ->
             structlog.processors.JSONRenderer(serializer=_orjson_dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.BytesLoggerFactory(file=stream if stream is not None else sys.stderr.buffer),
+        logger_factory=structlog.BytesLoggerFactory(file=stream if stream is not None else cast(BinaryIO, _StderrBuffer())),
         cache_logger_on_first_use=False,
     )
     root = logging.getLogger()
     root.handlers = [h for h in root.handlers if not isinstance(h, _ForwardToStructlog)]
     root.addHandler(_ForwardToStructlog())
     root.setLevel(numeric)
+
+
+class _StderrBuffer:
+    """Whatever sys.stderr is when a line is written (it may be swapped, e.g. by a test harness)."""
+
+    def write(self, data: bytes) -> int:
+        return sys.stderr.buffer.write(data)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def get_logger(name: str) -> FilteringBoundLogger:

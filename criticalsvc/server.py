@@ -152,6 +152,7 @@ class Webhook:
         metrics: Metrics | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
+        on_decision: Callable[[AdmissionRequest, Decision], None] | None = None,
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
@@ -161,6 +162,8 @@ class Webhook:
         self.metrics = metrics if metrics is not None else Metrics()
         self.max_body_bytes = max_body_bytes
         self.confirm_timeout = confirm_timeout
+        # Called with every final decision (e.g. the status writer's Event recorder); must not block.
+        self.on_decision = on_decision
         self.log: FilteringBoundLogger = get_logger("criticalsvc.server")
         if isinstance(source, CountsObjects):
             self.metrics.observe_cache_objects(source.counts)
@@ -287,10 +290,11 @@ class Webhook:
             if not isinstance(result, Decision):
                 raise TypeError(f"the confirmation returned {type(result).__name__}, not a Decision")
         except Exception as exc:
-            timed_out = isinstance(exc, TimeoutError) and budget.expired()
+            # Our own budget or the reader's tighter one (LiveReadTimeout is a TimeoutError): both are timeouts.
+            timed_out = isinstance(exc, TimeoutError)
             self.metrics.live_confirmations.labels("failed").inc()
             self.metrics.live_confirmation_failures.labels("timeout" if timed_out else "error").inc()
-            why = f"no answer within {self.confirm_timeout:g} s" if timed_out else _one_line(exc)
+            why = f"no answer within {self.confirm_timeout:g} s" if budget.expired() else _one_line(exc)
             self.log.warning("live confirmation failed", uid=admission.uid, error=why)
             return _unverified(decision, why), "failed"
         outcome = "allowed" if result.allowed else "denied"
@@ -323,6 +327,11 @@ class Webhook:
             fields["blocking"] = list(decision.blocking)
         if live:
             fields["live_confirmation"] = live
+        if self.on_decision is not None:
+            try:
+                self.on_decision(admission, decision)
+            except Exception:  # a side channel must never change or break the answer
+                self.log.exception("on_decision hook failed", uid=admission.uid)
         if decision.allowed and decision.break_glass:
             self.metrics.break_glass.labels(resource).inc()
             self.log.warning("decision", break_glass=decision.break_glass, **fields)

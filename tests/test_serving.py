@@ -452,7 +452,7 @@ BAD_FLAGS = [
     ({"--tls-cert": "/nonexistent/tls.crt"}, "--tls-cert: no such file: /nonexistent/tls.crt"),
     ({"--tls-key": str(STORY)}, "--tls-cert/--tls-key: cannot load the certificate and key"),
     ({"--tls-cert": "", "--tls-key": ""}, "--tls-cert/--tls-key: required"),
-    ({"--state": ""}, "--state: serving from a live cluster (watch caches) is not built yet"),
+    ({"--state": "", "--kubeconfig": "/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig: no such kubeconfig file"),
 ]
 
 

@@ -210,6 +210,13 @@ async def connect(*, kubeconfig: str | None = None, context: str | None = None) 
 
     configuration = client.Configuration()
     in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
+    if kubeconfig is not None and not os.path.isfile(kubeconfig):
+        # kubernetes' loader only logs "Config not found" and then fails with a less useful message.
+        raise InvalidInput("", "no such kubeconfig file", where=kubeconfig)
+    if kubeconfig is None and not in_cluster and not os.environ.get("KUBECONFIG") and \
+            not os.path.isfile(os.path.expanduser("~/.kube/config")):
+        raise InvalidInput("--kubeconfig", "no cluster configuration: not in a pod, no $KUBECONFIG and no "
+                           "~/.kube/config (try --embedded for a simulated cluster)")
     try:
         if kubeconfig is None and in_cluster and not os.environ.get("KUBECONFIG"):
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

@@ -19,14 +19,13 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import tempfile
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
 
 if TYPE_CHECKING:  # the server stack (starlette, hypercorn, prometheus) loads only when `serve` runs
-    from ..metrics import Metrics
-    from ..server import Confirm, StateSource
     from ..serving import Service
 
 # Mirrors of server.DEFAULT_MAX_BODY_BYTES (3 MiB), serving.CERT_CHECK_INTERVAL and logs.LEVELS, so
@@ -40,15 +39,16 @@ def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "serve", help="run the admission webhook server",
         description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--listen", default=":8443", metavar="HOST:PORT",
-                   help="the webhook's HTTPS address (default: %(default)s, all interfaces; port 0 picks a free port)")
+    p.add_argument("--listen", default=None, metavar="HOST:PORT",
+                   help="the webhook's HTTPS address (default: :8443, all interfaces; with --embedded 127.0.0.1:0; "
+                        "port 0 picks a free port)")
     p.add_argument("--tls-cert", metavar="PATH", help="serving certificate chain (PEM); required")
     p.add_argument("--tls-key", metavar="PATH", help="private key of --tls-cert (PEM); required")
     p.add_argument("--client-ca", metavar="PATH",
                    help="require client certificates signed by these CAs (the API server's client certificate)")
-    p.add_argument("--ops-listen", default=":8081", metavar="HOST:PORT",
-                   help="plain-HTTP address for /healthz, /readyz, /metrics (default: %(default)s, all interfaces; "
-                        "'off' disables)")
+    p.add_argument("--ops-listen", default=None, metavar="HOST:PORT",
+                   help="plain-HTTP address for /healthz, /readyz, /metrics (default: :8081, all interfaces; with "
+                        "--embedded 127.0.0.1:0; 'off' disables)")
     p.add_argument("--state", metavar="SNAPSHOT.yaml",
                    help="decide on a cluster snapshot (kubectl get ... -o yaml) instead of a live cluster")
     p.add_argument("--kubeconfig", metavar="PATH",
@@ -59,6 +59,20 @@ def register(sub: Any) -> None:
                    help="how often to check the certificate files for a change (default: %(default)s)")
     p.add_argument("--port-file", metavar="PATH", help="write the bound ports here as JSON once listening")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    p.add_argument("--identity", default=os.environ.get("POD_NAME") or socket.gethostname(),
+                   help="this replica's name in the status Lease (default: $POD_NAME or the host name)")
+    p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE") or "criticalsvc-system",
+                   help="namespace of the status-writer Lease (default: $POD_NAMESPACE or %(default)s)")
+    p.add_argument("--no-status", action="store_true",
+                   help="do not write CriticalService status or denial Events (read-only mode)")
+    embedded = p.add_argument_group("embedded cluster (no real cluster needed)")
+    embedded.add_argument("--embedded", action="store_true",
+                          help="start the simulated API server (stand-in) with its controllers, install the CRD, "
+                               "register the webhook, generate certificates, and serve the gate on it")
+    embedded.add_argument("--embedded-listen", default="127.0.0.1:0", metavar="HOST:PORT",
+                          help="the stand-in API server's plain-HTTP address (default: %(default)s)")
+    embedded.add_argument("--kubeconfig-out", default="criticalsvc-embedded.kubeconfig", metavar="PATH",
+                          help="write a kubeconfig for the stand-in here (default: %(default)s)")
     p.set_defaults(run=run)
 
 
@@ -68,66 +82,130 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
-def open_state_source(args: argparse.Namespace, metrics: Metrics) -> tuple[StateSource, Confirm | None]:
-    """Where the webhook's cluster state comes from, and how it confirms an ALLOW with a live read.
-
-    THE LIVE HOOK. Without --state, build the watch caches from `args.kubeconfig` (in-cluster
-    configuration when None) - `criticalsvc.cache.CacheState` already has the StateSource shape
-    (`ready`, `state`, `unsynced()`, `counts()`) - with `on_watch_restart=lambda resource:
-    metrics.watch_restarts.labels(resource).inc()`, start them before serving (their tasks belong in
-    `_serve`'s event loop, next to `service.run`), and return `(caches, reader.confirm)` for a
-    `criticalsvc.live.LiveReader` (then also pass `needs_confirmation=reader.needs_confirmation` to
-    Webhook in `run`).
-    """
-    from ..manifests import load_path
-    from ..server import StaticStateSource
-    from ..snapshot import build_state
-
-    if args.state:
-        return StaticStateSource(build_state(load_path(args.state))), None
-    raise InvalidInput("--state", "serving from a live cluster (watch caches) is not built yet; "
-                       "pass --state SNAPSHOT.yaml")
-
-
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    import orjson
+    from ..logs import configure_logging
+    from ..serving import parse_endpoint
 
-    from ..logs import configure_logging, get_logger
-    from ..metrics import Metrics
-    from ..server import Webhook
-    from ..serving import Service, TLSFiles, check_tls_files, parse_endpoint
-
-    listen = parse_endpoint(args.listen, flag="--listen")
-    ops_listen = None if args.ops_listen in ("", "off") else parse_endpoint(args.ops_listen, flag="--ops-listen")
+    default_listen = "127.0.0.1:0" if args.embedded else ":8443"
+    default_ops = "127.0.0.1:0" if args.embedded else ":8081"
+    listen = parse_endpoint(args.listen or default_listen, flag="--listen")
+    ops_text = args.ops_listen or default_ops
+    ops_listen = None if ops_text in ("", "off") else parse_endpoint(ops_text, flag="--ops-listen")
+    embedded_listen = parse_endpoint(args.embedded_listen, flag="--embedded-listen") if args.embedded else None
     if args.cert_check_interval <= 0:
         raise InvalidInput("--cert-check-interval", "must be a positive number of seconds")
-    if not args.tls_cert or not args.tls_key:
+    if args.embedded and args.state:
+        raise InvalidInput("--embedded", "serves the embedded cluster's live state; it cannot be combined with --state")
+    if (not args.tls_cert or not args.tls_key) and not args.embedded:
         raise InvalidInput("--tls-cert/--tls-key", "required: the API server calls webhooks only over HTTPS")
-    tls = TLSFiles(args.tls_cert, args.tls_key, args.client_ca)
-    check_tls_files(tls)
     configure_logging(args.log_level)  # after the flag checks: their errors are one plain line on stderr
+    with tempfile.TemporaryDirectory(prefix="criticalsvc-") as workdir:
+        asyncio.run(_main(args, listen=listen, ops_listen=ops_listen, embedded_listen=embedded_listen,
+                          workdir=workdir))
+    return 0
+
+
+async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embedded_listen: Any,
+                workdir: str) -> None:
+    """Compose the service: [embedded cluster] -> state source (+ live reads, status writer) -> server."""
+    import asyncio
+    from pathlib import Path
+
+    import orjson
+
+    from ..logs import get_logger
+    from ..metrics import Metrics
+    from ..server import StaticStateSource, Webhook, allowed_and_protected
+    from ..serving import Service, TLSFiles, check_tls_files
+
     log = get_logger("criticalsvc.serve")
     metrics = Metrics()
-    source, confirm = open_state_source(args, metrics)
-    if args.state and args.kubeconfig:
-        log.warning("--kubeconfig is not used when serving a --state snapshot")
-    webhook = Webhook(source, confirm=confirm, metrics=metrics, max_body_bytes=args.max_body_bytes)
-    service = Service(webhook, listen=listen, tls=tls, ops_listen=ops_listen,
-                      cert_check_interval=args.cert_check_interval)
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        cluster = None
+        kubeconfig = args.kubeconfig
+        ca_pem: bytes | None = None
+        if args.embedded:
+            from ..embedded import embedded_cluster, make_tls
+
+            if not args.tls_cert:
+                material = make_tls(Path(workdir))
+                args.tls_cert, args.tls_key, ca_pem = str(material.cert), str(material.key), material.ca_pem
+            else:
+                ca_pem = Path(args.client_ca or args.tls_cert).read_bytes()
+            cluster = await stack.enter_async_context(embedded_cluster(
+                host=embedded_listen.host, port=embedded_listen.port, kubeconfig_out=Path(args.kubeconfig_out)))
+            kubeconfig = str(cluster.kubeconfig)
+        tls = TLSFiles(args.tls_cert, args.tls_key, args.client_ca)
+        check_tls_files(tls)
+
+        tasks: list[asyncio.Task[Any]] = []
+        on_decision = None
+        if args.state:
+            from ..manifests import load_path
+            from ..snapshot import build_state
+
+            if args.kubeconfig:
+                log.warning("--kubeconfig is not used when serving a --state snapshot")
+            source: Any = StaticStateSource(build_state(load_path(args.state)))
+            confirm, needs_confirmation = None, allowed_and_protected
+        else:
+            from ..cache import CacheState, KubeTransport, connect
+            from ..live import LiveReader
+            from ..statuswriter import StatusWriter
+
+            api = await connect(kubeconfig=kubeconfig)
+            stack.push_async_callback(api.close)
+            transport = KubeTransport(api)
+            cache = CacheState(transport, on_watch_restart=lambda r: metrics.watch_restarts.labels(r).inc())
+            reader = LiveReader(transport, mapper=cache.mapper)
+            source, confirm, needs_confirmation = cache, reader.confirm, reader.needs_confirmation
+            await cache.start()
+            stack.push_async_callback(cache.stop)
+            if not args.no_status:
+                writer = StatusWriter(api_client=api, source=cache, identity=args.identity,
+                                      namespace=args.lease_namespace)
+                tasks += [asyncio.create_task(writer.run_elected(), name="status-writer"),
+                          asyncio.create_task(writer.run_events(), name="event-writer")]
+                on_decision = writer.record
+
+        webhook = Webhook(source, confirm=confirm, needs_confirmation=needs_confirmation, metrics=metrics,
+                          max_body_bytes=args.max_body_bytes, on_decision=on_decision)
+        service = Service(webhook, listen=listen, tls=tls, ops_listen=ops_listen,
+                          cert_check_interval=args.cert_check_interval)
+        stack.callback(service.close)
         ports = {"listen": service.webhook_address[1],
                  "ops_listen": service.ops_address[1] if service.ops_address else None}
+        gate_url = f"https://{_address(_loopback(service.webhook_address))}"
+        if cluster is not None:
+            assert ca_pem is not None
+            cluster.register_gate(gate_url, ca_pem)
+            ports["embedded"] = int(cluster.url.rsplit(":", 1)[1])
         if args.port_file:
             _write_atomically(args.port_file, orjson.dumps(ports))
-        log.info("listening", webhook=f"https://{_address(service.webhook_address)}/validate",
+        log.info("listening", webhook=f"{gate_url}/validate",
                  ops=f"http://{_address(service.ops_address)}" if service.ops_address else None,
-                 client_ca=bool(args.client_ca), state=args.state or "live", **ports)
-        asyncio.run(_serve(service))
-    finally:
-        service.close()
-    return 0
+                 client_ca=bool(args.client_ca), state=args.state or ("embedded" if cluster else "live"), **ports)
+        if cluster is not None:
+            log.info("embedded cluster ready", api_server=cluster.url, kubeconfig=str(cluster.kubeconfig),
+                     try_this=f"kubectl --kubeconfig {cluster.kubeconfig} apply -f api/examples/reference-story.yaml")
+        try:
+            await _serve(service)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _loopback(address: tuple[str, int]) -> tuple[str, int]:
+    """Where a local client reaches a socket bound to a wildcard address."""
+    host, port = address
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1", port
+    if host == "::":
+        return "::1", port
+    return host, port
 
 
 async def _serve(service: Service) -> None:

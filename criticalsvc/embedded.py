@@ -1,0 +1,126 @@
+"""`serve --embedded`: the simulated control plane behind the HTTP API stand-in, in real time.
+
+On a machine with no cluster, this starts what a cluster would give the gate: an API server (the
+stand-in over the simulator's store, with the CriticalService CRD installed), its controllers
+running in real time (namespace controller, CRD cleanup, garbage collector, and each provider's
+finalizer controller), certificates generated into a temporary directory, and the webhook
+registered from deploy/base/webhook.yaml exactly as the bundle registers it (rules, failurePolicy,
+namespaceSelector, timeout), pointed at the gate's own HTTPS port. A kubeconfig for the stand-in is
+written so that `kubectl --kubeconfig PATH apply/delete -f ...` works against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+
+from . import certs
+from .errors import MalformedManifest
+
+GATE_NAMESPACE = "criticalsvc-system"
+
+
+@attrs.define
+class TLSMaterial:
+    directory: Path
+    ca_pem: bytes
+    cert: Path
+    key: Path
+
+
+def make_tls(directory: Path) -> TLSMaterial:
+    """A throwaway CA and a serving certificate for localhost/127.0.0.1/::1."""
+    ca = certs.make_ca("criticalsvc-embedded-ca")
+    serving = certs.make_serving_cert(ca, ["localhost", "criticalsvc.criticalsvc-system.svc"],
+                                      ["127.0.0.1", "::1"])
+    ca_pem = certs.cert_pem(ca.cert)
+    certs.write_pem(directory / "ca.crt", ca_pem)
+    certs.write_pem(directory / "tls.crt", certs.cert_pem(serving.cert))
+    certs.write_pem(directory / "tls.key", certs.key_pem(serving.key), private=True)
+    return TLSMaterial(directory, ca_pem, directory / "tls.crt", directory / "tls.key")
+
+
+def _webhook_configuration() -> dict[str, Any]:
+    from .install import find_deploy_dir
+
+    path = find_deploy_dir() / "base" / "webhook.yaml"
+    for doc in yaml.safe_load_all(path.read_text()):
+        if isinstance(doc, dict) and doc.get("kind") == "ValidatingWebhookConfiguration":
+            return doc
+    raise MalformedManifest("", "no ValidatingWebhookConfiguration in it", where=str(path))
+
+
+def _crd_manifest() -> dict[str, Any] | None:
+    from .sim.apiserver import DEFAULT_CRD_PATH
+
+    for candidate in (DEFAULT_CRD_PATH, Path(sys.prefix) / "share/criticalsvc/api" / DEFAULT_CRD_PATH.name):
+        if candidate.is_file():
+            for doc in yaml.safe_load_all(candidate.read_text()):
+                if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                    return doc
+    return None
+
+
+@attrs.define
+class EmbeddedCluster:
+    url: str
+    kubeconfig: Path
+    store: Any
+    standin: Any
+
+    def register_gate(self, gate_url: str, ca_pem: bytes) -> None:
+        """Register the bundle's webhooks, calling the gate at `gate_url` (https://host:port)."""
+        from .sim.webhook_client import register_webhooks
+
+        def submit() -> None:
+            register_webhooks(self.store, _webhook_configuration(), ca_bundle=ca_pem,
+                              resolve_service=lambda _ns, _name, _port, path: f"{gate_url}{path}")
+
+        self.standin.submit(submit)
+
+
+@contextlib.asynccontextmanager
+async def embedded_cluster(*, host: str, port: int, kubeconfig_out: Path) -> AsyncIterator[EmbeddedCluster]:
+    """Start the stand-in with real-time controllers; yields once it accepts connections."""
+    from .sim.apiserver import StandIn, StandInEngine, serve
+    from .sim.controllers import start_controllers
+    from .sim.kubeconfig import write_kubeconfig
+    from .sim.store import Store
+
+    store = Store(clock=time.time)
+    crd = _crd_manifest()
+    if crd is not None:
+        store.create(crd)
+    store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GATE_NAMESPACE}})
+    standin = StandIn(store, engine=StandInEngine(), start_controllers=start_controllers)
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+
+    def on_ready(url: str) -> None:
+        if not ready.done():
+            ready.set_result(url)
+
+    task: asyncio.Future[None] = asyncio.ensure_future(
+        serve(standin, host=host, port=port, shutdown_trigger=stop.wait, on_ready=on_ready))
+    try:
+        await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # raises why it could not start
+            raise RuntimeError("the API-server stand-in stopped before it was ready")
+        url = ready.result()
+        write_kubeconfig(kubeconfig_out, url)
+        yield EmbeddedCluster(url, kubeconfig_out, store, standin)
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(task, 10)
+
+

@@ -1,0 +1,37 @@
+"""A one-shot read of a live cluster, for operator commands (`explain`, `graph`).
+
+It runs the same watch caches the service runs until they have synced once, then hands back their
+indexed store: the command answers with exactly the facts the webhook would decide on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from .errors import StateUnavailable
+from .state import MemoryState
+
+
+def snapshot_cluster(*, kubeconfig: str | None = None, context: str | None = None,
+                     timeout: float = 30.0) -> MemoryState:
+    from .cache import CacheState, KubeTransport, connect
+
+    async def read() -> MemoryState:
+        api = await connect(kubeconfig=kubeconfig, context=context)
+        try:
+            cache = CacheState(KubeTransport(api))
+            await cache.start()
+            try:
+                if not await cache.wait_ready(timeout):
+                    raise StateUnavailable(f"could not read the cluster within {timeout:g} s; still waiting for: "
+                                           f"{', '.join(cache.unsynced())}")
+                return cache.memory
+            finally:
+                # The answer is already read; a watch that is slow to close must not hold the command.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(cache.stop(), 2.0)
+        finally:
+            await api.close()
+
+    return asyncio.run(read())
