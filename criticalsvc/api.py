@@ -206,7 +206,7 @@ def _parse_criterion(raw: Any, path: str) -> Criterion:
     if kind == "Finalizer":
         _no_unknown(body, {"group", "resource", "finalizerName"}, here)
         finalizer = _required_str(body, "finalizerName", here)
-        if not _FINALIZER.match(finalizer) or len(finalizer) > 316:
+        if not _FINALIZER.fullmatch(finalizer) or len(finalizer) > 316:
             raise InvalidSpec(f"{here}.finalizerName", f"{finalizer!r} is not a valid finalizer name")
         return FinalizerCriterion(_parse_group_resource(body, here), finalizer)
     if kind == "SpecificResource":
@@ -236,10 +236,10 @@ def _parse_group_resource(raw: Mapping[str, Any], path: str) -> GroupResource:
         group = ""
     if not isinstance(group, str):
         raise InvalidSpec(f"{path}.group", "must be a string (\"\" for the core group)")
-    if group and not _DNS1123_SUBDOMAIN.match(group):
+    if group and not _DNS1123_SUBDOMAIN.fullmatch(group):
         raise InvalidSpec(f"{path}.group", f"{group!r} is not a valid API group")
     resource = _required_str(raw, "resource", path)
-    if not _RESOURCE.match(resource):
+    if not _RESOURCE.fullmatch(resource):
         raise InvalidSpec(f"{path}.resource", f"{resource!r} is not a resource name or Kind")
     return GroupResource(group, resource)
 
@@ -248,7 +248,7 @@ def _optional_namespace(raw: Mapping[str, Any], path: str) -> str | None:
     namespace = raw.get("namespace")
     if namespace in (None, ""):
         return None
-    if not isinstance(namespace, str) or not _DNS1123_LABEL.match(namespace) or len(namespace) > 63:
+    if not isinstance(namespace, str) or not _DNS1123_LABEL.fullmatch(namespace) or len(namespace) > 63:
         raise InvalidSpec(f"{path}.namespace", f"{namespace!r} is not a valid namespace name")
     return namespace
 

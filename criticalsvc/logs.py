@@ -57,7 +57,8 @@ def configure_logging(level: str = "info", *, stream: BinaryIO | None = None) ->
             structlog.processors.JSONRenderer(serializer=_orjson_dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.BytesLoggerFactory(file=stream if stream is not None else cast(BinaryIO, _StderrBuffer())),
+        logger_factory=structlog.BytesLoggerFactory(
+            file=stream if stream is not None else cast(BinaryIO, _StderrBuffer())),
         cache_logger_on_first_use=False,
     )
     root = logging.getLogger()

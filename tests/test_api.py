@@ -211,3 +211,24 @@ def test_located_error_prefixes_where_it_was_found():
     located = info.value.located("state.yaml: document 2")
     assert str(located) == "state.yaml: document 2: spec.criteria[1].finalizer.finalizerName: required"
     assert isinstance(located, InvalidSpec)
+
+
+def test_trailing_newline_is_not_a_valid_name() -> None:
+    """A group, namespace or finalizer with a trailing newline is rejected, as the API server would."""
+    import pytest
+
+    from criticalsvc.api import parse_critical_service
+    from criticalsvc.errors import InvalidSpec
+
+    def spec(group: str = "apps", namespace: str = "ns", finalizer: str = "x.io/f") -> dict:
+        return {"metadata": {"name": "x"}, "spec": {
+            "provider": {"group": group, "resource": "deployments", "namespace": namespace, "name": "d"},
+            "criteria": [{"type": "Finalizer", "finalizer": {"group": "x.io", "resource": "xs",
+                                                              "finalizerName": finalizer}}]}}
+
+    for bad, path in ((spec(group="apps\n"), "spec.provider.group"),
+                      (spec(namespace="ns\n"), "spec.provider.namespace"),
+                      (spec(finalizer="x.io/f\n"), "spec.criteria[0].finalizer.finalizerName")):
+        with pytest.raises(InvalidSpec) as err:
+            parse_critical_service(bad)
+        assert err.value.path == path
