@@ -491,3 +491,26 @@ def test_serve_flag_defaults_mirror_the_server_constants() -> None:
     assert serve.DEFAULT_MAX_BODY_BYTES == server.DEFAULT_MAX_BODY_BYTES == 3 * 1024 * 1024
     assert serve.CERT_CHECK_INTERVAL == serving.CERT_CHECK_INTERVAL
     assert serve.LOG_LEVELS == logs.LEVELS
+
+
+@pytest.mark.anyio
+async def test_certs_command_output_serves_tls_that_verifies_against_its_ca(tmp_path: Path) -> None:
+    """`criticalsvc certs` output, served by `criticalsvc serve`, passes a real handshake trusting only its ca.crt."""
+    from criticalsvc.cli import main
+
+    out = tmp_path / "certs"
+    assert main(["certs", "--out", str(out), "--san", "127.0.0.1"]) == 0
+    server = start_server(tmp_path, Issued(out / "tls.crt", out / "tls.key"))
+    try:
+        await wait_ready(server)
+        review = orjson.loads((ROOT / "api/examples/reviews/delete-provider.json").read_bytes())
+        async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(out / "ca.crt"))) as client:
+            answer = (await client.post(f"https://127.0.0.1:{server.port}/validate", json=review)).json()
+        assert answer["response"]["allowed"] is False
+        other = tmp_path / "other"
+        assert main(["certs", "--out", str(other), "--san", "127.0.0.1"]) == 0
+        async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(other / "ca.crt"))) as client:
+            with pytest.raises(httpx.ConnectError):
+                await client.post(f"https://127.0.0.1:{server.port}/validate", json=review)
+    finally:
+        assert server.stop() == 0
