@@ -111,7 +111,8 @@ async def embedded_cluster(*, host: str, port: int, kubeconfig_out: Path) -> Asy
     task: asyncio.Future[None] = asyncio.ensure_future(
         serve(standin, host=host, port=port, shutdown_trigger=stop.wait, on_ready=on_ready))
     try:
-        await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)
+        waiting: list[asyncio.Future[Any]] = [task, ready]
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if task.done():
             task.result()  # raises why it could not start
             raise RuntimeError("the API-server stand-in stopped before it was ready")
