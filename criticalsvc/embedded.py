@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,11 @@ class EmbeddedCluster:
     kubeconfig: Path
     store: Any
     standin: Any
+    _stop: Callable[[], Awaitable[None]] = attrs.field(alias="stop")
+
+    async def stop(self) -> None:
+        """Stop the API server, then hang up its webhook connections (idempotent; see embedded_cluster)."""
+        await self._stop()
 
     def register_gate(self, gate_url: str, ca_pem: bytes) -> None:
         """Register the bundle's webhooks, calling the gate at `gate_url` (https://host:port)."""
@@ -110,6 +115,28 @@ async def embedded_cluster(*, host: str, port: int, kubeconfig_out: Path) -> Asy
 
     task: asyncio.Future[None] = asyncio.ensure_future(
         serve(standin, host=host, port=port, shutdown_trigger=stop.wait, on_ready=on_ready))
+    stopping: asyncio.Future[None] | None = None
+
+    async def shutdown() -> None:
+        stop.set()  # ends the watches, finishes in-flight requests (2 s graceful), then closes
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(task, 10)
+        # The webhook clients keep idle keep-alive TLS connections to the gate, and nothing reads them
+        # (httpx notices a closed connection only when it next sends), so the gate's graceful shutdown
+        # would wait on them: 10 s of draining, then up to 30 s for an SSL close_notify answer that
+        # never comes (asyncio's ssl_shutdown_timeout). A real API server exiting closes them; so here.
+        for webhook in list(store.webhooks):
+            close = getattr(webhook, "close", None)  # ConfiguredWebhook (register_webhooks) has one
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    close()
+
+    def stop_once() -> Awaitable[None]:
+        nonlocal stopping
+        if stopping is None:
+            stopping = asyncio.ensure_future(shutdown())
+        return asyncio.shield(stopping)
+
     try:
         waiting: list[asyncio.Future[Any]] = [task, ready]
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
@@ -118,10 +145,6 @@ async def embedded_cluster(*, host: str, port: int, kubeconfig_out: Path) -> Asy
             raise RuntimeError("the API-server stand-in stopped before it was ready")
         url = ready.result()
         write_kubeconfig(kubeconfig_out, url)
-        yield EmbeddedCluster(url, kubeconfig_out, store, standin)
+        yield EmbeddedCluster(url, kubeconfig_out, store, standin, stop=stop_once)
     finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(task, 10)
-
-
+        await stop_once()

@@ -100,8 +100,9 @@ class StatusWriter:
             while True:
                 await self.sync_once()
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.interval)
+                with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancel()
+                    async with asyncio.timeout(self.interval):
+                        await self._wake.wait()
         finally:
             self.leading = False
 

@@ -192,7 +192,8 @@ class CacheState:
             if remaining is not None and remaining <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                async with asyncio.timeout(remaining):  # not wait_for: see _discovery_loop
+                    await self._changed.wait()
         return True
 
     def counts(self) -> dict[str, int]:
@@ -239,8 +240,12 @@ class CacheState:
                 wait = self.backoff.delay(1, self.rng) * 10 if result.failed_groups else self.discovery_interval
             finally:
                 self._discovering = False
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancel() that arrives in the same loop
+            # iteration as the event (a CRD change right after sync does that), and stop() then waits
+            # on this task for the whole discovery interval. asyncio.timeout() re-raises the cancel.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._refresh.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._refresh.wait()
 
     def refresh_discovery(self) -> None:
         """Read discovery again soon (CRD changes call this)."""

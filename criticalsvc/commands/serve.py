@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import tempfile
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
@@ -191,7 +192,10 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             log.info("embedded cluster ready", api_server=cluster.url, kubeconfig=str(cluster.kubeconfig),
                      try_this=f"kubectl --kubeconfig {cluster.kubeconfig} apply -f api/examples/reference-story.yaml")
         try:
-            await _serve(service)
+            # Embedded: the API server is the gate's client, so it stops first - its in-flight requests
+            # (and so their reviews) finish while the gate still serves, and its webhook connections
+            # close - and then the gate drains, with nothing left to wait for.
+            await _serve(service, before_drain=cluster.stop if cluster is not None else None)
         finally:
             for task in tasks:
                 task.cancel()
@@ -208,7 +212,8 @@ def _loopback(address: tuple[str, int]) -> tuple[str, int]:
     return host, port
 
 
-async def _serve(service: Service) -> None:
+async def _serve(service: Service, *, before_drain: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT; then await `before_drain()` (if any) and let the service drain."""
     import asyncio
 
     from ..logs import get_logger
@@ -225,8 +230,14 @@ async def _serve(service: Service) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _shutdown, sig.name)
     loop.add_signal_handler(signal.SIGHUP, service.reload_certificates)
+
+    async def trigger() -> None:  # awaited by each listener: `before_drain` must be idempotent
+        await stop.wait()
+        if before_drain is not None:
+            await before_drain()
+
     try:
-        await service.run(stop.wait)
+        await service.run(trigger)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
