@@ -191,7 +191,7 @@ def _parse_criterion(raw: Any, path: str) -> Criterion:
     if not isinstance(raw, Mapping):
         raise InvalidSpec(path, "must be an object")
     kind = raw.get("type")
-    if kind not in _CRITERION_MEMBERS:
+    if not isinstance(kind, str) or kind not in _CRITERION_MEMBERS:  # a list or object is unhashable
         raise InvalidSpec(f"{path}.type", "must be one of Finalizer, SpecificResource, Resources")
     member = _CRITERION_MEMBERS[kind]
     _no_unknown(raw, {"type", *_CRITERION_MEMBERS.values()}, path)
