@@ -1,0 +1,297 @@
+"""Latency and throughput at load: the gate against a bare allow-all endpoint, same stack, same run.
+
+    python -m benchmarks latency [--connections 1,4,16] [--duration 5] [--services 20] [--crs 2000]
+                                 [--log-level info] [--json]
+
+Both servers are separate processes on the same starlette + hypercorn stack with the same TLS
+settings (criticalsvc.serving.Service, certificates from `criticalsvc certs --san 127.0.0.1`):
+
+    gate   `criticalsvc serve --state SNAPSHOT` on a generated cluster (benchmarks.scale.cluster:
+           --services operators with CRDs and CriticalServices, --crs CRs with finalizers)
+    bare   the same Service around an app whose /validate reads the body, decodes it with orjson
+           and answers allowed: true for its uid - everything but the decision, metrics and log line
+
+The load generator is wrk (Debian package `wrk`) over HTTPS keep-alive, posting a ~3 KB
+AdmissionReview (api/examples/reviews/delete-provider.json aimed at a protected provider of the
+snapshot, its oldObject filled out like a real Deployment) with benchmarks/wrk/review.lua, which
+prints percentiles as JSON. Debian's wrk has no rate control (that is wrk2), so the offered load is
+varied by the number of connections (closed loop: each connection sends its next request when the
+answer arrives); for each level the gate and the bare endpoint are measured back to back.
+
+Reading it: the goal is gate p99 <= 1.25 x bare p99 and gate requests/s >= 0.8 x bare. Both servers
+are single Python processes (one core each at most); on a 2-core machine wrk shares the CPU with
+them, so absolute figures are lower than on a real node - the ratios are the point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .report import emit
+
+ROOT = Path(__file__).resolve().parents[1]
+LUA = Path(__file__).resolve().parent / "wrk" / "review.lua"
+EXAMPLE_REVIEW = ROOT / "api" / "examples" / "reviews" / "delete-provider.json"
+P99_GOAL, THROUGHPUT_GOAL = 1.25, 0.8
+
+
+# --- the bare endpoint (runs in its own process: python -m benchmarks latency --serve-bare DIR) --------
+def serve_bare(workdir: Path) -> int:
+    import orjson
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from criticalsvc.metrics import Metrics
+    from criticalsvc.serving import Endpoint, Service, TLSFiles
+
+    class Bare:
+        """Quacks like criticalsvc.server.Webhook for Service: allow-all /validate, /readyz."""
+
+        def __init__(self) -> None:
+            self.metrics = Metrics()
+
+        async def validate(self, request: Request) -> Response:
+            review = orjson.loads(await request.body())
+            body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "response": {"uid": review["request"]["uid"], "allowed": True}}
+            return Response(orjson.dumps(body), media_type="application/json")
+
+        async def readyz(self, request: Request) -> Response:
+            return Response(b'{"ready":true}', media_type="application/json")
+
+        def webhook_app(self) -> Starlette:
+            return Starlette(routes=[Route("/validate", self.validate, methods=["POST"]),
+                                     Route("/readyz", self.readyz, methods=["GET"])])
+
+        def ops_app(self) -> Starlette:
+            return Starlette(routes=[Route("/readyz", self.readyz, methods=["GET"])])
+
+    service = Service(Bare(), listen=Endpoint("127.0.0.1", 0),  # type: ignore[arg-type]
+                      tls=TLSFiles(str(workdir / "tls.crt"), str(workdir / "tls.key")),
+                      ops_listen=Endpoint("127.0.0.1", 0))
+    assert service.ops_address is not None
+    ports = {"listen": service.webhook_address[1], "ops_listen": service.ops_address[1]}
+    tmp = workdir / ".bare-ports"
+    tmp.write_text(json.dumps(ports))
+    os.replace(tmp, workdir / "bare-ports.json")
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await service.run(stop.wait)
+
+    asyncio.run(run())
+    return 0
+
+
+# --- set-up ------------------------------------------------------------------------------------------
+def review_body(services: int) -> bytes:
+    """The example DELETE of a provider, aimed at op0's controller and filled out to a real size (~3 KB)."""
+    review = json.loads(EXAMPLE_REVIEW.read_text())
+    req = review["request"]
+    req["name"], req["namespace"] = "controller", "op0-system"
+    labels = {"app.kubernetes.io/name": "op0", "app.kubernetes.io/component": "controller"}
+    req["oldObject"] = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {
+            "name": "controller", "namespace": "op0-system", "uid": "5b1f7c1e-8d3a-4f0e-9c2b-1a2b3c4d5e6f",
+            "resourceVersion": "48213377", "generation": 7, "creationTimestamp": "2026-03-02T09:14:51Z",
+            "labels": labels,
+            "annotations": {"deployment.kubernetes.io/revision": "7",
+                            "meta.helm.sh/release-name": "op0", "meta.helm.sh/release-namespace": "op0-system"},
+            "managedFields": [{"manager": "helm", "operation": "Update", "apiVersion": "apps/v1",
+                               "time": "2026-03-02T09:14:51Z", "fieldsType": "FieldsV1",
+                               "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app.kubernetes.io/name": {}}},
+                                            "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {
+                                                "f:containers": {'k:{"name":"manager"}': {".": {}, "f:image": {}}}}}}}}],
+        },
+        "spec": {
+            "replicas": 2, "revisionHistoryLimit": 10, "selector": {"matchLabels": labels},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+            "template": {"metadata": {"labels": labels}, "spec": {
+                "serviceAccountName": "op0-controller", "terminationGracePeriodSeconds": 10,
+                "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{
+                    "name": "manager", "image": "registry.example.com/op0/controller:v1.12.3",
+                    "args": ["--leader-elect", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"],
+                    "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}],
+                    "resources": {"limits": {"cpu": "500m", "memory": "256Mi"},
+                                  "requests": {"cpu": "50m", "memory": "64Mi"}},
+                    "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8081}, "periodSeconds": 20},
+                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8081}, "periodSeconds": 10},
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}},
+        },
+        "status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2, "updatedReplicas": 2,
+                   "observedGeneration": 7},
+    }
+    req["userInfo"] = {"username": "system:serviceaccount:open-cluster-management-agent:klusterlet-work-sa",
+                       "uid": "0b7d9f4e-2a1c-4e8b-b6f3-9d8c7b6a5f4e",
+                       "groups": ["system:serviceaccounts", "system:serviceaccounts:open-cluster-management-agent",
+                                  "system:authenticated"]}
+    return json.dumps(review, separators=(",", ":")).encode()
+
+
+def write_snapshot(path: Path, services: int, crs: int) -> int:
+    from .scale import cluster
+
+    items = [copy.deepcopy(dict(m.obj)) for m in cluster(services, crs)]
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return len(items)
+
+
+def _wait_ports(path: Path, proc: subprocess.Popen[bytes], what: str, timeout: float = 60.0) -> dict[str, int]:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not write {path} within {timeout} s")
+        time.sleep(0.05)
+    ports: dict[str, int] = json.loads(path.read_text())
+    while True:  # readiness is polled, never slept for
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{ports['ops_listen']}/readyz", timeout=1.0).status_code == 200:
+                return ports
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready within {timeout} s")
+        time.sleep(0.05)
+
+
+def run_wrk(port: int, review: Path, *, connections: int, duration: float) -> dict[str, Any]:
+    threads = min(connections, 2)
+    cmd = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{duration:g}s", "--timeout", "10s",
+           "--latency", "-s", str(LUA), f"https://127.0.0.1:{port}/validate"]
+    proc = subprocess.run(cmd, env={**os.environ, "REVIEW": str(review)}, capture_output=True, text=True,
+                          check=False)
+    for line in proc.stdout.splitlines():
+        if line.startswith("WRKJSON "):
+            raw = json.loads(line[len("WRKJSON "):])
+            break
+    else:
+        raise RuntimeError(f"wrk gave no result (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout[-500:]}")
+    seconds = raw["durationUs"] / 1e6
+    errors = raw["errConnect"] + raw["errRead"] + raw["errWrite"] + raw["errTimeout"] + raw["non200"]
+    return {"connections": connections, "threads": threads, "requests": raw["requests"],
+            "rps": round(raw["requests"] / seconds, 1), "p50ms": raw["p50Us"] / 1000, "p90ms": raw["p90Us"] / 1000,
+            "p99ms": raw["p99Us"] / 1000, "p999ms": raw["p999Us"] / 1000, "maxms": raw["maxUs"] / 1000,
+            "meanms": round(raw["meanUs"] / 1000, 3), "errors": errors, "command": " ".join(cmd)}
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks latency", description=__doc__.splitlines()[0])
+    p.add_argument("--connections", type=_ints, default=[1, 4, 16], help="wrk connection counts (load levels)")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    p.add_argument("--services", type=int, default=20, help="CriticalServices in the gate's snapshot")
+    p.add_argument("--crs", type=int, default=2000, help="CRs with finalizers in the gate's snapshot")
+    p.add_argument("--log-level", default="info", help="the gate's --log-level (info: one line per decision)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--serve-bare", metavar="DIR", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.serve_bare:
+        return serve_bare(Path(args.serve_bare))
+
+    if shutil.which("wrk") is None:
+        msg = "wrk is not installed: the latency benchmark needs it (Debian/Ubuntu: apt-get install -y wrk)"
+        print(f"python -m benchmarks latency: {msg}", file=sys.stderr)
+        emit("latency", {"skipped": msg}, as_json=args.json)
+        return 1
+
+    py = sys.executable
+    with tempfile.TemporaryDirectory(prefix="criticalsvc-bench-") as tmp:
+        work = Path(tmp)
+        subprocess.run([py, "-m", "criticalsvc", "certs", "--out", str(work), "--san", "127.0.0.1"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        snapshot = work / "snapshot.json"
+        objects = write_snapshot(snapshot, args.services, args.crs)
+        review = work / "review.json"
+        review.write_bytes(review_body(args.services))
+        review_bytes = review.stat().st_size
+        gate = subprocess.Popen(
+            [py, "-m", "criticalsvc", "serve", "--state", str(snapshot), "--tls-cert", str(work / "tls.crt"),
+             "--tls-key", str(work / "tls.key"), "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0",
+             "--port-file", str(work / "gate-ports.json"), "--log-level", args.log_level, "--no-status"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        bare = subprocess.Popen([py, "-m", "benchmarks", "latency", "--serve-bare", str(work)],
+                                stdout=subprocess.DEVNULL, cwd=ROOT)
+        try:
+            gate_port = _wait_ports(work / "gate-ports.json", gate, "the gate")["listen"]
+            bare_port = _wait_ports(work / "bare-ports.json", bare, "the bare endpoint")["listen"]
+            import httpx
+
+            answer = httpx.post(f"https://127.0.0.1:{gate_port}/validate", content=review.read_bytes(),
+                                headers={"content-type": "application/json"}, verify=str(work / "ca.crt")).json()
+            gate_allowed = answer["response"]["allowed"]
+            levels = []
+            for c in args.connections:
+                g = run_wrk(gate_port, review, connections=c, duration=args.duration)
+                b = run_wrk(bare_port, review, connections=c, duration=args.duration)
+                level = {"connections": c, "gate": g, "bare": b,
+                         "p99Ratio": round(g["p99ms"] / b["p99ms"], 2) if b["p99ms"] else None,
+                         "p50Ratio": round(g["p50ms"] / b["p50ms"], 2) if b["p50ms"] else None,
+                         "throughputRatio": round(g["rps"] / b["rps"], 2) if b["rps"] else None}
+                levels.append(level)
+                print(f"   latency: {c} connections: gate p99 {g['p99ms']} ms {g['rps']} req/s, "
+                      f"bare p99 {b['p99ms']} ms {b['rps']} req/s", file=sys.stderr, flush=True)
+        finally:
+            _stop(gate)
+            _stop(bare)
+
+    cols = ["connections", "target", "rps", "p50ms", "p99ms", "maxms", "errors"]
+    rows = []
+    for lv in levels:
+        for target in ("gate", "bare"):
+            r = lv[target]
+            rows.append([lv["connections"], target, r["rps"], r["p50ms"], r["p99ms"], r["maxms"], r["errors"]])
+    ratio_rows = [[lv["connections"], lv["p50Ratio"], lv["p99Ratio"], lv["throughputRatio"]] for lv in levels]
+    met = all((lv["p99Ratio"] or 99) <= P99_GOAL and (lv["throughputRatio"] or 0) >= THROUGHPUT_GOAL
+              for lv in levels)
+    section = {
+        "reviewBytes": review_bytes,
+        "gateDecision": "allowed" if gate_allowed else "denied",
+        "snapshotObjects": objects, "snapshotServices": args.services,
+        "durationSeconds": args.duration, "gateLogLevel": args.log_level,
+        "goal": f"gate p99 <= {P99_GOAL} x bare, throughput >= {THROUGHPUT_GOAL} x bare", "goalMet": met,
+        "levels": levels,
+        "tables": [{"title": "wrk over HTTPS keep-alive", "columns": cols, "rows": rows},
+                   {"title": "gate / bare", "columns": ["connections", "p50Ratio", "p99Ratio", "throughputRatio"],
+                    "rows": ratio_rows}],
+    }
+    emit("latency", section, as_json=args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

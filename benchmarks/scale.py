@@ -1,0 +1,270 @@
+"""Scale: in-process decision latency as CriticalServices and cached objects grow; bytes per cached object.
+
+    python -m benchmarks scale [--decisions 10000] [--services 10,100,1000,10000] [--crs-per-service 10]
+                               [--objects-services 100] [--objects 1000,10000,50000,200000]
+                               [--matching 10,100,1000,10000] [--memory-objects 200000] [--seed 0] [--json]
+
+The cluster is generated, not loaded: N operators, each a Namespace, a provider Deployment, a CRD
+and a CriticalService (a Finalizer criterion on its CRs plus a SpecificResource criterion on its
+CRD), CRs carrying their operator's finalizer spread over 100 tenant namespaces, and filler
+ConfigMaps no CriticalService names. Three sweeps, each varying one thing:
+
+    services sweep   N = 10 .. 10,000 CriticalServices, 10 CRs each (the cluster grows with N)
+    objects sweep    100 CriticalServices x 10 CRs, filled up with ConfigMaps to 1k .. 200k objects
+    matching sweep   1 CriticalService whose Finalizer criterion matches 10 .. 10,000 CRs
+                     (at most 2,000 decisions per point: they get slow)
+
+Each point times `decide()` (time.perf_counter_ns around the call only) over a random mix of the
+DELETEs a gate sees: a provider Deployment (protected: a Finalizer criterion holds), a CRD (protected:
+SpecificResource), a CR, a tenant Namespace, an unrelated ConfigMap, a provider's Namespace. The
+mix is the same for every point, so the p50/p99 growth across a sweep is the cost of scale alone.
+
+Memory: tracemalloc traces building raw object dicts (fresh strings, as a JSON decoder makes them),
+projecting them to KubeObjects and upserting them into a MemoryState; the dicts are then dropped and
+what stays allocated, divided by the object count, is the cost of one cached object (goal <= 500 B).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import sys
+import time
+import tracemalloc
+from typing import Any
+
+from criticalsvc.api import GroupResource
+from criticalsvc.decision import AdmissionRequest, decide
+from criticalsvc.manifests import Manifest
+from criticalsvc.objects import project
+from criticalsvc.snapshot import build_state
+from criticalsvc.state import MemoryState
+
+from .report import emit, percentile
+
+TENANTS = 100
+DEPLOYMENTS = GroupResource("apps", "deployments")
+NAMESPACES = GroupResource("", "namespaces")
+CRDS = GroupResource("apiextensions.k8s.io", "customresourcedefinitions")
+CONFIGMAPS = GroupResource("", "configmaps")
+
+
+def _uid(i: int) -> str:
+    return f"6f1c{i:08x}-3a2b-4c5d-8e9f-{i:012x}"
+
+
+def cluster(services: int, crs: int, filler: int = 0) -> list[Manifest]:
+    """Manifests of `services` operators, `crs` CRs spread evenly over them and TENANTS namespaces,
+    and `filler` ConfigMaps no CriticalService names (a bigger cluster, nothing more to match)."""
+    out: list[Manifest] = []
+    n = 0
+
+    def add(obj: dict[str, Any]) -> None:
+        nonlocal n
+        n += 1
+        obj["metadata"].setdefault("uid", _uid(n))
+        out.append(Manifest(obj, f"generated: document {n}"))
+
+    for t in range(TENANTS):
+        add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"tenant-{t}"}})
+    for i in range(services):
+        group, plural, kind = f"op{i}.example.com", f"widgets{i}", f"Widget{i}"
+        add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"op{i}-system"}})
+        add({"apiVersion": "apps/v1", "kind": "Deployment",
+             "metadata": {"name": "controller", "namespace": f"op{i}-system",
+                          "labels": {"app.kubernetes.io/name": f"op{i}", "app.kubernetes.io/component": "controller"}}})
+        add({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+             "metadata": {"name": f"{plural}.{group}"},
+             "spec": {"group": group, "scope": "Namespaced",
+                      "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+                      "versions": [{"name": "v1", "served": True, "storage": True}]}})
+        add({"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": f"op{i}"},
+             "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": f"op{i}-system",
+                                   "name": "controller"},
+                      "criteria": [{"type": "Finalizer",
+                                    "finalizer": {"group": group, "resource": plural,
+                                                  "finalizerName": f"{group}/cleanup"}},
+                                   {"type": "SpecificResource",
+                                    "specificResource": {"group": "apiextensions.k8s.io",
+                                                         "resource": "customresourcedefinitions",
+                                                         "name": f"{plural}.{group}"}}]}})
+    for j in range(crs):
+        i = j % services
+        group, kind = f"op{i}.example.com", f"Widget{i}"
+        add({"apiVersion": f"{group}/v1", "kind": kind,
+             "metadata": {"name": f"w{j}", "namespace": f"tenant-{j % TENANTS}",
+                          "labels": {"app.kubernetes.io/instance": f"w{j}"},
+                          "finalizers": [f"{group}/cleanup"]}})
+    for k in range(filler):
+        add({"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": f"cm-{k}", "namespace": f"tenant-{k % TENANTS}",
+                          "labels": {"app.kubernetes.io/instance": f"cm-{k}"}}})
+    return out
+
+
+def requests(services: int, crs: int, count: int, rng: random.Random) -> list[AdmissionRequest]:
+    """`count` DELETE requests, the mix described in the module docstring."""
+    out = []
+    for k in range(count):
+        i = rng.randrange(services)
+        group, plural = f"op{i}.example.com", f"widgets{i}"
+        kind = k % 6
+        if kind == 0:
+            ns, name = f"op{i}-system", "controller"
+            req = AdmissionRequest(f"u{k}", DEPLOYMENTS, "DELETE", name, ns, kind="Deployment", old_object={
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/name": f"op{i}"}}})
+        elif kind == 1:
+            name = f"{plural}.{group}"
+            req = AdmissionRequest(f"u{k}", CRDS, "DELETE", name, "", kind="CustomResourceDefinition",
+                                   old_object={"apiVersion": "apiextensions.k8s.io/v1",
+                                               "kind": "CustomResourceDefinition", "metadata": {"name": name}})
+        elif kind == 2 and crs:
+            j = rng.randrange(crs)
+            i = j % services
+            group, plural = f"op{i}.example.com", f"widgets{i}"
+            ns = f"tenant-{j % TENANTS}"
+            req = AdmissionRequest(f"u{k}", GroupResource(group, plural), "DELETE", f"w{j}", ns, kind=f"Widget{i}",
+                                   old_object={"apiVersion": f"{group}/v1", "kind": f"Widget{i}",
+                                               "metadata": {"name": f"w{j}", "namespace": ns,
+                                                            "finalizers": [f"{group}/cleanup"]}})
+        elif kind == 3:
+            ns = f"tenant-{rng.randrange(TENANTS)}"
+            req = AdmissionRequest(f"u{k}", NAMESPACES, "DELETE", ns, ns, kind="Namespace",
+                                   old_object={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        elif kind == 4:
+            ns = f"tenant-{rng.randrange(TENANTS)}"
+            req = AdmissionRequest(f"u{k}", CONFIGMAPS, "DELETE", "settings", ns, kind="ConfigMap",
+                                   old_object={"apiVersion": "v1", "kind": "ConfigMap",
+                                               "metadata": {"name": "settings", "namespace": ns}})
+        else:
+            ns = f"op{i}-system"
+            req = AdmissionRequest(f"u{k}", NAMESPACES, "DELETE", ns, ns, kind="Namespace",
+                                   old_object={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        out.append(req)
+    return out
+
+
+def time_decisions(state: MemoryState, reqs: list[AdmissionRequest]) -> dict[str, Any]:
+    for r in reqs[:200]:  # warm-up: first calls pay for imports, caches, attribute lookups
+        decide(r, state)
+    samples = []
+    denied = 0
+    clock = time.perf_counter_ns
+    gc.collect()
+    for r in reqs:
+        t0 = clock()
+        d = decide(r, state)
+        samples.append(clock() - t0)
+        denied += not d.allowed
+    samples.sort()
+    return {"p50us": round(percentile(samples, 50) / 1000, 1), "p99us": round(percentile(samples, 99) / 1000, 1),
+            "maxus": round(samples[-1] / 1000, 1), "meanus": round(sum(samples) / len(samples) / 1000, 1),
+            "denied": denied, "decisions": len(samples)}
+
+
+def point(services: int, crs: int, decisions: int, seed: int, filler: int = 0) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    manifests = cluster(services, crs, filler)
+    state = build_state(manifests)
+    build = time.perf_counter() - t0
+    objects = len(manifests)
+    del manifests
+    result = {"services": services, "crs": crs, "matchingPerService": crs // services, "objects": objects,
+              "buildSeconds": round(build, 2)}
+    result.update(time_decisions(state, requests(services, crs, decisions, random.Random(seed))))
+    print(f"   scale: {services} services, {objects} objects: p50 {result['p50us']} us, "
+          f"p99 {result['p99us']} us (build {build:.1f} s)", file=sys.stderr, flush=True)
+    return result
+
+
+def memory_per_object(count: int) -> dict[str, Any]:
+    """tracemalloc bytes that stay allocated per CR cached in a MemoryState (see the module docstring)."""
+    state = MemoryState()
+    gr = GroupResource("op0.example.com", "widgets0")
+    gc.collect()
+    tracemalloc.start()
+    base, _ = tracemalloc.get_traced_memory()
+    for j in range(count):
+        raw = {"apiVersion": "op0.example.com/v1", "kind": "Widget0",
+               "metadata": {"name": f"widget-{j:07d}", "namespace": f"tenant-{j % TENANTS}", "uid": _uid(j),
+                            "resourceVersion": str(1000 + j),
+                            "labels": {"app.kubernetes.io/instance": f"widget-{j:07d}",
+                                       "app.kubernetes.io/managed-by": "op0"},
+                            "finalizers": ["op0.example.com/cleanup"]},
+               "spec": {"size": j}}
+        state.upsert(project(raw, gr))
+        del raw
+    gc.collect()
+    current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    per = (current - base) / count
+    return {"objects": count, "bytesPerObject": round(per), "goalBytes": 500, "met": per <= 500,
+            "tracedMiB": round((current - base) / 2**20, 1), "peakMiB": round((peak - base) / 2**20, 1),
+            "objectShape": "name, namespace, uid, 2 labels, 1 finalizer"}
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def _growth(rows: list[dict[str, Any]], key: str) -> float:
+    return round(rows[-1][key] / rows[0][key] - 1, 3) if rows and rows[0][key] else 0.0
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks scale", description=__doc__.splitlines()[0])
+    p.add_argument("--decisions", type=int, default=10_000, help="decisions timed per point")
+    p.add_argument("--services", type=_ints, default=[10, 100, 1000, 10_000])
+    p.add_argument("--crs-per-service", type=int, default=10, help="CRs per CriticalService in the first two sweeps")
+    p.add_argument("--objects-services", type=int, default=100, help="CriticalServices in the objects sweep")
+    p.add_argument("--objects", type=_ints, default=[1000, 10_000, 50_000, 200_000],
+                   help="cached objects in the objects sweep (the rest beyond the operators' are ConfigMaps)")
+    p.add_argument("--matching", type=_ints, default=[10, 100, 1000, 10_000],
+                   help="CRs one Finalizer criterion matches, in the matching sweep (1 CriticalService)")
+    p.add_argument("--memory-objects", type=int, default=200_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+
+    started = time.perf_counter()
+    memory = memory_per_object(args.memory_objects)
+    print(f"   scale: {memory['bytesPerObject']} bytes per cached object", file=sys.stderr, flush=True)
+    per = args.crs_per_service
+    by_services = [point(n, n * per, args.decisions, args.seed) for n in args.services]
+    n = args.objects_services
+    base = len(cluster(n, n * per))
+    by_objects = [point(n, n * per, args.decisions, args.seed, filler=max(0, total - base)) for total in args.objects]
+    # Fewer decisions here: at 10,000 matching CRs a protected DELETE takes ~30 ms (that is the finding).
+    by_matching = [point(1, m, min(args.decisions, 2000), args.seed) for m in args.matching]
+    cols = ["services", "matchingPerService", "objects", "p50us", "p99us", "maxus", "buildSeconds"]
+
+    def table(title: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"title": title, "columns": cols, "rows": [[r[c] for c in cols] for r in rows]}
+
+    section = {
+        "decisionsPerPoint": args.decisions,
+        "p99GrowthServicesSweep": _growth(by_services, "p99us"),
+        "p99GrowthObjectsSweep": _growth(by_objects, "p99us"),
+        "p99GrowthMatchingSweep": _growth(by_matching, "p99us"),
+        "p99GrowthGoal": 0.10,
+        "bytesPerCachedObject": memory["bytesPerObject"],
+        "bytesPerCachedObjectGoal": 500,
+        "memory": memory,
+        "servicesSweep": by_services,
+        "objectsSweep": by_objects,
+        "matchingSweep": by_matching,
+        "wallSeconds": round(time.perf_counter() - started, 1),
+        "tables": [
+            table(f"services sweep ({per} CRs per CriticalService)", by_services),
+            table(f"objects sweep ({n} CriticalServices x {per} CRs, the rest ConfigMaps)", by_objects),
+            table("matching sweep (1 CriticalService, N CRs with its finalizer)", by_matching),
+        ],
+    }
+    emit("scale", section, as_json=args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
