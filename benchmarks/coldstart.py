@@ -124,11 +124,11 @@ def main(argv: list[str]) -> int:
     store, loaded = load(args.objects, args.load_budget)
     print(f"   coldstart: loaded {loaded['objects']} objects in {loaded['loadSeconds']} s", file=sys.stderr, flush=True)
     rss_loaded = _rss_mib()
-    with tempfile.TemporaryDirectory(prefix="criticalsvc-coldstart-") as tmp:
-        # crd_path=None: the stand-in would re-read the CriticalService CRD file on every discovery request.
-        with ServerThread(StandIn(store, crd_path=None)) as url:
-            kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", url)
-            result = asyncio.run(start_to_ready(kubeconfig, args.timeout))
+    # crd_path=None: the stand-in would re-read the CriticalService CRD file on every discovery request.
+    with tempfile.TemporaryDirectory(prefix="criticalsvc-coldstart-") as tmp, \
+            ServerThread(StandIn(store, crd_path=None)) as url:
+        kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", url)
+        result = asyncio.run(start_to_ready(kubeconfig, args.timeout))
     watched = result["cachedCounts"].get(f"{PLURAL}.{GROUP}", 0)
     section = {**loaded, **result, "watchedObjectsCached": watched,
                "peakRSSMiBAfterLoad": rss_loaded, "peakRSSMiB": _rss_mib(),

@@ -119,8 +119,8 @@ def review_body(services: int) -> bytes:
             "managedFields": [{"manager": "helm", "operation": "Update", "apiVersion": "apps/v1",
                                "time": "2026-03-02T09:14:51Z", "fieldsType": "FieldsV1",
                                "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app.kubernetes.io/name": {}}},
-                                            "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {
-                                                "f:containers": {'k:{"name":"manager"}': {".": {}, "f:image": {}}}}}}}}],
+                                            "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": {
+                                                'k:{"name":"manager"}': {".": {}, "f:image": {}}}}}}}}],
         },
         "spec": {
             "replicas": 2, "revisionHistoryLimit": 10, "selector": {"matchLabels": labels},

@@ -73,7 +73,7 @@ def write(sections: Mapping[str, Any], path: Path = RESULTS_FILE) -> Path:
 def render_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(c) for c in columns]] + [[_fmt(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
              for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join("  " + line for line in lines)
