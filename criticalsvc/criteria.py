@@ -77,7 +77,9 @@ def evaluate(criterion: Criterion, state: ClusterState) -> Verdict:
         blocking = state.select(gr, namespace=criterion.namespace, selector=criterion.selector)
     if not blocking:
         return Verdict(criterion, True, group_resource=gr)
-    first = heapq.nsmallest(EXAMPLES, (o.ref for o in blocking))
+    # All matches share one group/resource, so (namespace, name) orders them exactly as ObjectRef does;
+    # a tuple key avoids attrs' generated comparisons, which dominated a protected DELETE's cost.
+    first = [o.ref for o in heapq.nsmallest(EXAMPLES, blocking, key=lambda o: (o.namespace, o.name))]
     return Verdict(criterion, False, len(blocking), tuple(first), gr)
 
 
