@@ -32,6 +32,7 @@ import random
 import sys
 import time
 import tracemalloc
+import uuid
 from typing import Any
 
 from criticalsvc.api import GroupResource
@@ -51,7 +52,8 @@ CONFIGMAPS = GroupResource("", "configmaps")
 
 
 def _uid(i: int) -> str:
-    return f"6f1c{i:08x}-3a2b-4c5d-8e9f-{i:012x}"
+    # A version-4 UUID, as the API server generates them (a deterministic one per object).
+    return str(uuid.UUID(int=(i * 0x9E3779B97F4A7C15F39CC0605CEDC835) % 2**128, version=4))
 
 
 def cluster(services: int, crs: int, filler: int = 0) -> list[Manifest]:

@@ -1,15 +1,15 @@
 """Evaluating a criterion against a cluster state.
 
 A verdict says whether the criterion holds and, when it does not, how many objects block it and the
-first few of them (sorted, so a message is stable across retries and replicas). A criterion naming a
+first few of them (in (namespace, name) order, so a message is stable across retries and replicas). A criterion naming a
 type that is not served is met: no instance of an unserved type can exist (the live service's
 discovery learns the type the moment its CRD appears).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Collection
+from itertools import islice
 
 import attrs
 
@@ -77,10 +77,10 @@ def evaluate(criterion: Criterion, state: ClusterState) -> Verdict:
         blocking = state.select(gr, namespace=criterion.namespace, selector=criterion.selector)
     if not blocking:
         return Verdict(criterion, True, group_resource=gr)
-    # All matches share one group/resource, so (namespace, name) orders them exactly as ObjectRef does;
-    # a tuple key avoids attrs' generated comparisons, which dominated a protected DELETE's cost.
-    first = [o.ref for o in heapq.nsmallest(EXAMPLES, blocking, key=lambda o: (o.namespace, o.name))]
-    return Verdict(criterion, False, len(blocking), tuple(first), gr)
+    # A ClusterState answers in (namespace, name) order, so the first few are a prefix: O(EXAMPLES)
+    # however many objects block (a sort here cost a protected DELETE ~1 ms at 10,000 blocking CRs).
+    first = tuple(o.ref for o in islice(blocking, EXAMPLES))
+    return Verdict(criterion, False, len(blocking), first, gr)
 
 
 def covers(criterion: Criterion, obj: KubeObject, state: ClusterState) -> bool:

@@ -145,15 +145,15 @@ class LiveState:
 
     def with_finalizer(self, gr: GroupResource, finalizer: str) -> Collection[KubeObject]:
         objects: list[KubeObject] = self._answer(("list", gr, None, ""), [])
-        return [o for o in objects if finalizer in o.finalizers]
+        return _in_order([o for o in objects if finalizer in o.finalizers])
 
     def select(self, gr: GroupResource, *, namespace: str | None,
                selector: LabelSelector | None) -> Collection[KubeObject]:
         text = str(selector) if selector is not None else ""
         objects: list[KubeObject] = self._answer(("list", gr, namespace, text), [])
         # Filtered here too: the answer must not depend on the server honouring labelSelector.
-        return [o for o in objects if (namespace is None or o.namespace == namespace)
-                and (selector is None or selector.matches(o.labels))]
+        return _in_order([o for o in objects if (namespace is None or o.namespace == namespace)
+                          and (selector is None or selector.matches(o.labels))])
 
     def critical_services(self) -> Collection[CriticalService]:
         services: list[CriticalService] = self._answer(("services",), [])
@@ -168,6 +168,13 @@ class LiveState:
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
         return [cs for cs in self.critical_services() if cs.provider.namespace == namespace]
+
+
+def _in_order(objects: list[KubeObject]) -> list[KubeObject]:
+    # A real LIST is already in (namespace, name) order (etcd key order); the ClusterState contract
+    # must not depend on the server (or a stand-in) honouring that.
+    objects.sort(key=lambda o: (o.namespace, o.name))
+    return objects
 
 
 @attrs.frozen

@@ -669,7 +669,7 @@ class FinalizerController:
         self._reported: dict[ObjectRef, None] = {}
         gr = store.state.resolve(criterion.group_resource)
         if gr is not None:
-            for obj in store.state.with_finalizer(gr, criterion.finalizer_name):
+            for obj in list(store.state.with_finalizer(gr, criterion.finalizer_name)):
                 self.observe(obj.ref, obj.finalizers, obj.terminating)
 
     @property

@@ -1,0 +1,173 @@
+"""MemoryState's indexes against a plain dict oracle, and the compact Labels mapping.
+
+The indexes answer "which objects of G/R carry finalizer F" and "which objects of G/R (in namespace N)
+match selector S" as sorted views with an O(1) count; a decision's message names the first few and the
+exact count. The oracle is a dict {(gr, namespace, name): object} replayed from the same random writes
+and filtered and sorted by brute force, so a bookkeeping slip in an index (a finalizer removed by an
+update left behind, a count off by one, a namespace bucket not dropped) shows up as a disagreement.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+from hypothesis import find, given
+from hypothesis import strategies as st
+
+from criticalsvc.api import FinalizerCriterion, GroupResource, ObjectRef, ResourcesCriterion
+from criticalsvc.criteria import evaluate
+from criticalsvc.labels import LabelSelector, Requirement
+from criticalsvc.objects import NO_LABELS, KubeObject, Labels, project
+from criticalsvc.state import MemoryState
+
+WIDGETS = GroupResource("example.com", "widgets")
+GADGETS = GroupResource("example.com", "gadgets")
+FINALIZERS = ("example.com/a", "example.com/b")
+NAMESPACES = ("", "alpha", "beta", "gamma")
+NAMES = ("w0", "w1", "w2", "w3", "w4", "w5")
+
+objects = st.builds(
+    KubeObject,
+    group_resource=st.sampled_from((WIDGETS, GADGETS)),
+    namespace=st.sampled_from(NAMESPACES),
+    name=st.sampled_from(NAMES),
+    labels=st.dictionaries(st.sampled_from(("tier", "app")), st.sampled_from(("web", "db")), max_size=2),
+    finalizers=st.lists(st.sampled_from(FINALIZERS), max_size=2, unique=True).map(tuple),
+)
+writes = st.lists(st.one_of(objects.map(lambda o: ("upsert", o)),
+                            objects.map(lambda o: ("remove", o.ref))), max_size=40)
+SELECTORS = (None, LabelSelector((Requirement("tier", "In", frozenset({"web"})),)),
+             LabelSelector((Requirement("app", "DoesNotExist", frozenset()),)))
+
+
+def replay(ops: list[tuple[str, Any]]) -> tuple[MemoryState, dict[tuple[GroupResource, str, str], KubeObject]]:
+    state, oracle = MemoryState(), {}
+    for op, arg in ops:
+        if op == "upsert":
+            state.upsert(arg)
+            oracle[(arg.group_resource, arg.namespace, arg.name)] = arg
+        else:
+            state.remove(arg)
+            oracle.pop((arg.group_resource, arg.namespace, arg.name), None)
+    return state, oracle
+
+
+def in_order(objs: Any) -> list[KubeObject]:
+    return sorted(objs, key=lambda o: (o.namespace, o.name))
+
+
+def mismatches(state: MemoryState, oracle: dict[tuple[GroupResource, str, str], KubeObject],
+               *, ordered: bool = True) -> list[str]:
+    """Every query whose answer (content, order, count) differs from the oracle's."""
+    out = []
+    fix = in_order if ordered else list
+    for gr in (WIDGETS, GADGETS):
+        mine = [o for (g, _, _), o in oracle.items() if g == gr]
+        for f in FINALIZERS:
+            got = state.with_finalizer(gr, f)
+            want = fix(o for o in mine if f in o.finalizers)
+            if list(got) != want or len(got) != len(want):
+                out.append(f"with_finalizer({gr}, {f})")
+        for ns in (None, *NAMESPACES):
+            for sel in SELECTORS:
+                got = state.select(gr, namespace=ns, selector=sel)
+                want = fix(o for o in mine if (ns is None or o.namespace == ns)
+                           and (sel is None or sel.matches(o.labels)))
+                if list(got) != want or len(got) != len(want):
+                    out.append(f"select({gr}, {ns}, {sel})")
+        if state.count(gr) != len(mine):
+            out.append(f"count({gr})")
+        for ns in NAMESPACES:
+            for name in NAMES:
+                if state.get(ObjectRef(gr, ns, name)) != oracle.get((gr, ns, name)):
+                    out.append(f"get({gr}, {ns}/{name})")
+    return out
+
+
+@given(writes)
+def test_indexes_agree_with_a_dict_oracle_in_content_order_and_count(ops: list[tuple[str, Any]]) -> None:
+    """After any sequence of upserts and removes, every query answers what a brute-force scan answers, sorted."""
+    state, oracle = replay(ops)
+    assert mismatches(state, oracle) == []
+
+
+def test_negative_control_the_comparison_checks_order() -> None:
+    """An oracle that keeps write order instead of (namespace, name) order disagrees on some sequence."""
+    ops = find(writes, lambda ops: bool(mismatches(*replay(ops), ordered=False)))
+    assert mismatches(*replay(ops)) == []  # the real, sorted oracle agrees on that very sequence
+
+
+def test_update_that_drops_a_finalizer_leaves_its_index() -> None:
+    """An update removing a finalizer takes the object out of that finalizer's answer (and its count)."""
+    state = MemoryState()
+    state.upsert(KubeObject(WIDGETS, "alpha", "w0", finalizers=FINALIZERS))
+    state.upsert(KubeObject(WIDGETS, "alpha", "w0", finalizers=FINALIZERS[1:]))
+    assert len(state.with_finalizer(WIDGETS, FINALIZERS[0])) == 0
+    assert [o.name for o in state.with_finalizer(WIDGETS, FINALIZERS[1])] == ["w0"]
+
+
+def test_blocking_examples_are_the_first_three_in_namespace_name_order() -> None:
+    """A verdict's examples are the 3 smallest (namespace, name) of all blocking objects, and the count is exact."""
+    state = MemoryState()
+    for i in reversed(range(2000)):
+        state.upsert(KubeObject(WIDGETS, f"ns-{i % 7}", f"w{i:04d}", finalizers=(FINALIZERS[0],)))
+    verdict = evaluate(FinalizerCriterion(WIDGETS, FINALIZERS[0]), _served(state))
+    assert verdict.count == 2000
+    assert [e.key for e in verdict.examples] == ["ns-0/w0000", "ns-0/w0007", "ns-0/w0014"]
+    verdict = evaluate(ResourcesCriterion(WIDGETS, "ns-3", LabelSelector()), _served(state))
+    assert verdict.count == 286
+    assert [e.key for e in verdict.examples] == ["ns-3/w0003", "ns-3/w0010", "ns-3/w0017"]
+
+
+def test_views_are_live_until_copied() -> None:
+    """A copied answer survives writes; the state can be changed while walking the copy."""
+    state = MemoryState()
+    for name in NAMES:
+        state.upsert(KubeObject(WIDGETS, "alpha", name, finalizers=(FINALIZERS[0],)))
+    for obj in list(state.with_finalizer(WIDGETS, FINALIZERS[0])):
+        state.remove(obj.ref)
+    assert state.count() == 0 and len(state.with_finalizer(WIDGETS, FINALIZERS[0])) == 0
+
+
+def _served(state: MemoryState) -> MemoryState:
+    from criticalsvc.restmapper import ResourceType
+
+    state.mapper.add(ResourceType("example.com", "v1", "Widget", "widgets", "widget", namespaced=True))
+    return state
+
+
+# --- Labels -------------------------------------------------------------------------------------------
+@given(st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=6))
+def test_labels_behave_like_the_dict_they_came_from(raw: dict[str, str]) -> None:
+    """Lookups, membership, iteration, length and equality of Labels match the source dict."""
+    labels = Labels.of(raw)
+    assert labels == raw and dict(labels) == raw and len(labels) == len(raw)
+    for key in [*raw, "absent-key"]:
+        assert (key in labels) == (key in raw)
+        assert labels.get(key) == raw.get(key)
+    assert pickle.loads(pickle.dumps(labels)) == labels
+    assert hash(labels) == hash(Labels.of(dict(reversed(list(raw.items())))))  # order-independent
+
+
+def test_labels_are_immutable_and_smaller_than_a_dict() -> None:
+    """Labels cannot be changed after projection, and two labels cost less than half a dict's bytes."""
+    import sys
+
+    raw = {"app.kubernetes.io/instance": "widget-0000001", "app.kubernetes.io/managed-by": "op0"}
+    labels = Labels.of(raw)
+    with pytest.raises(AttributeError):
+        labels._flat = ()  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        labels["x"] = "y"  # type: ignore[index]
+    assert sys.getsizeof(labels) + sys.getsizeof(labels._flat) < sys.getsizeof(raw) / 2 + 40
+    assert Labels.of({}) is NO_LABELS and Labels.of(labels) is labels
+
+
+def test_project_rejects_non_string_labels_with_the_field_path() -> None:
+    """A label value that is not a string is a clear metadata.labels error, not a crash later in a selector."""
+    from criticalsvc.errors import MalformedManifest
+
+    with pytest.raises(MalformedManifest, match=r"metadata\.labels"):
+        project({"metadata": {"name": "x", "labels": {"a": 1}}}, WIDGETS)
