@@ -47,7 +47,9 @@ _FINALIZER = re.compile(
 )
 
 
-@attrs.frozen(order=True)
+# cache_hash: a group/resource is a dict key on every lookup of every decision (indexes, the REST
+# mapper), and the instances are long-lived and shared, so hashing once per instance pays.
+@attrs.frozen(order=True, cache_hash=True)
 class GroupResource:
     """A resource within an API group; the core group is ""."""
 

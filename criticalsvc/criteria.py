@@ -66,8 +66,7 @@ def evaluate(criterion: Criterion, state: ClusterState) -> Verdict:
     if gr is None:
         return Verdict(criterion, True)
     if isinstance(criterion, SpecificResourceCriterion):
-        target = attrs.evolve(criterion.target, group_resource=gr)
-        obj = state.get(target)
+        obj = state.get(ObjectRef(gr, criterion.target.namespace, criterion.target.name))
         if obj is None:
             return Verdict(criterion, True, group_resource=gr)
         return Verdict(criterion, False, 1, (obj.ref,), gr)

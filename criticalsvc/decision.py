@@ -155,8 +155,8 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
     if not isinstance(metadata, Mapping):
         metadata = {}
     name = request.name or str(metadata.get("name") or "")
-    request = attrs.evolve(request, group_resource=gr, name=name)
-    ref = request.ref
+    # For a Namespace the request's `namespace` is its own name; the object is cluster-scoped.
+    ref = ObjectRef(gr, "" if gr == NAMESPACES else request.namespace, name)
 
     if not name:
         # Without oldObject and name nothing identifies the object (pre-1.15 collection deletes).
@@ -190,7 +190,7 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
             blocks += _criteria_blocks(cs, state, f"protects {_provider(cs)}, which lives in this namespace,")
     if gr == CRITICAL_SERVICES:
         protected = True
-        blocks += _service_blocks(request, state)
+        blocks += _service_blocks(request, name, state)
     if gr == CRDS and name == CRD_NAME:
         protected = True
         services = sorted(cs.name for cs in state.critical_services())
@@ -223,14 +223,14 @@ def _criteria_blocks(cs: CriticalService, state: ClusterState, why: str) -> list
     return [Block(f"CriticalService {cs.name} {why} until: {clauses}", cs.name, cs.enforcement)]
 
 
-def _service_blocks(request: AdmissionRequest, state: ClusterState) -> list[Block]:
+def _service_blocks(request: AdmissionRequest, name: str, state: ClusterState) -> list[Block]:
     cs: CriticalService | None
     try:
         cs = parse_critical_service(request.old_object) if request.old_object is not None else None
     except InvalidSpec:
         cs = None
     if cs is None:
-        cs = next((c for c in state.critical_services() if c.name == request.name), None)
+        cs = next((c for c in state.critical_services() if c.name == name), None)
     if cs is None:
         return []  # an unparseable CriticalService protects nothing the gate could name
     provider = state.get(cs.provider)

@@ -18,7 +18,7 @@ A state that cannot answer (cache not synced, live read failed) raises StateUnav
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from typing import Protocol
 
 from sortedcontainers import SortedDict, SortedList
@@ -62,25 +62,74 @@ class Matches(Collection[KubeObject]):
     state; code that writes while iterating takes `list()` of it first.
     """
 
-    __slots__ = ("_iterate", "_size")
+    __slots__ = ("_size",)
 
-    def __init__(self, iterate: Callable[[], Iterator[KubeObject]], size: int) -> None:
-        self._iterate, self._size = iterate, size
+    def __init__(self, size: int) -> None:
+        self._size = size
 
     def __len__(self) -> int:
         return self._size
 
     def __iter__(self) -> Iterator[KubeObject]:
-        return self._iterate()
+        return iter(())
 
     def __contains__(self, obj: object) -> bool:
-        return any(o == obj for o in self._iterate())
+        return any(o == obj for o in self)
 
     def __repr__(self) -> str:
-        return f"Matches({list(self)!r})"
+        return f"{type(self).__name__}({list(self)!r})"
 
 
-_NONE = Matches(lambda: iter(()), 0)
+_NONE = Matches(0)
+
+
+class _Bucket(Matches):
+    """The objects of one namespace (a name -> object SortedDict)."""
+
+    __slots__ = ("_bucket",)
+
+    def __init__(self, bucket: SortedDict) -> None:
+        super().__init__(len(bucket))
+        self._bucket = bucket
+
+    def __iter__(self) -> Iterator[KubeObject]:
+        bucket = self._bucket
+        for name in bucket:
+            yield bucket[name]
+
+
+class _AllNamespaces(Matches):
+    """Every object of a group/resource, namespace by namespace."""
+
+    __slots__ = ("_namespaces",)
+
+    def __init__(self, namespaces: SortedDict, size: int) -> None:
+        super().__init__(size)
+        self._namespaces = namespaces
+
+    def __iter__(self) -> Iterator[KubeObject]:
+        namespaces = self._namespaces
+        for namespace in namespaces:
+            bucket = namespaces[namespace]
+            for name in bucket:
+                yield bucket[name]
+
+
+class _Carrying(Matches):
+    """The objects named by a finalizer index, read from their group/resource's store."""
+
+    __slots__ = ("_names", "_store")
+
+    def __init__(self, names: SortedDict, store: SortedDict, size: int) -> None:
+        super().__init__(size)
+        self._names, self._store = names, store
+
+    def __iter__(self) -> Iterator[KubeObject]:
+        names, store = self._names, self._store
+        for namespace in names:
+            bucket = store[namespace]
+            for name in names[namespace]:
+                yield bucket[name]
 
 
 class _ByNamespace:
@@ -121,14 +170,11 @@ class _ByNamespace:
         return old
 
     def all(self) -> Matches:
-        buckets = self.namespaces.values()
-        return Matches(lambda: (o for b in buckets for o in b.values()), self.count)
+        return _AllNamespaces(self.namespaces, self.count)
 
     def in_namespace(self, namespace: str) -> Matches:
         bucket = self.namespaces.get(namespace)
-        if bucket is None:
-            return _NONE
-        return Matches(lambda: iter(bucket.values()), len(bucket))
+        return _Bucket(bucket) if bucket is not None else _NONE
 
 
 class _Finalized:
@@ -159,13 +205,7 @@ class _Finalized:
                 del self.namespaces[namespace]
 
     def view(self, store: _ByNamespace) -> Matches:
-        def iterate() -> Iterator[KubeObject]:
-            for namespace, names in self.namespaces.items():
-                bucket = store.namespaces[namespace]
-                for name in names:
-                    yield bucket[name]
-
-        return Matches(iterate, self.count)
+        return _Carrying(self.namespaces, store.namespaces, self.count)
 
 
 class MemoryState:
