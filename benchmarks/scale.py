@@ -12,12 +12,13 @@ ConfigMaps no CriticalService names. Three sweeps, each varying one thing:
     services sweep   N = 10 .. 10,000 CriticalServices, 10 CRs each (the cluster grows with N)
     objects sweep    100 CriticalServices x 10 CRs, filled up with ConfigMaps to 1k .. 200k objects
     matching sweep   1 CriticalService whose Finalizer criterion matches 10 .. 10,000 CRs
-                     (at most 2,000 decisions per point: they get slow)
 
 Each point times `decide()` (time.perf_counter_ns around the call only) over a random mix of the
 DELETEs a gate sees: a provider Deployment (protected: a Finalizer criterion holds), a CRD (protected:
 SpecificResource), a CR, a tenant Namespace, an unrelated ConfigMap, a provider's Namespace. The
 mix is the same for every point, so the p50/p99 growth across a sweep is the cost of scale alone.
+The points of a sweep are timed interleaved (--rounds blocks each, round-robin; see `sweep`), so
+outside load on a shared machine lands on all of them alike.
 
 Memory: tracemalloc traces building raw object dicts (fresh strings, as a JSON decoder makes them),
 projecting them to KubeObjects and upserting them into a MemoryState; the dicts are then dropped and
@@ -148,37 +149,58 @@ def requests(services: int, crs: int, count: int, rng: random.Random) -> list[Ad
     return out
 
 
-def time_decisions(state: MemoryState, reqs: list[AdmissionRequest]) -> dict[str, Any]:
-    for r in reqs[:200]:  # warm-up: first calls pay for imports, caches, attribute lookups
-        decide(r, state)
-    samples = []
-    denied = 0
-    clock = time.perf_counter_ns
-    gc.collect()
-    for r in reqs:
-        t0 = clock()
-        d = decide(r, state)
-        samples.append(clock() - t0)
-        denied += not d.allowed
-    samples.sort()
-    return {"p50us": round(percentile(samples, 50) / 1000, 1), "p99us": round(percentile(samples, 99) / 1000, 1),
-            "maxus": round(samples[-1] / 1000, 1), "meanus": round(sum(samples) / len(samples) / 1000, 1),
-            "denied": denied, "decisions": len(samples)}
-
-
-def point(services: int, crs: int, decisions: int, seed: int, filler: int = 0) -> dict[str, Any]:
+def build_point(services: int, crs: int, filler: int = 0) -> tuple[MemoryState, dict[str, Any]]:
     t0 = time.perf_counter()
     manifests = cluster(services, crs, filler)
     state = build_state(manifests)
-    build = time.perf_counter() - t0
-    objects = len(manifests)
-    del manifests
-    result = {"services": services, "crs": crs, "matchingPerService": crs // services, "objects": objects,
-              "buildSeconds": round(build, 2)}
-    result.update(time_decisions(state, requests(services, crs, decisions, random.Random(seed))))
-    print(f"   scale: {services} services, {objects} objects: p50 {result['p50us']} us, "
-          f"p99 {result['p99us']} us (build {build:.1f} s)", file=sys.stderr, flush=True)
-    return result
+    info = {"services": services, "crs": crs, "matchingPerService": crs // services, "objects": len(manifests),
+            "buildSeconds": round(time.perf_counter() - t0, 2)}
+    return state, info
+
+
+def sweep(points: list[tuple[int, int, int]], *, decisions: int, rounds: int, seed: int) -> list[dict[str, Any]]:
+    """Build every point's state, then time `decisions` per point in `rounds` blocks, round-robin.
+
+    Interleaved because the machine is shared: a burst of outside load (or a collection) lasting a
+    second would land on one point if the points ran one after another, and that point's p99 would be
+    the burst, not the scale. Round-robin, with the order rotating each round, spreads it over all.
+    The states are built first and the heap then frozen (gc.freeze, as `criticalsvc serve` does after
+    loading), so a full collection does not walk the other points' objects in the middle of a block.
+    """
+    built = [build_point(*pt) for pt in points]
+    gc.collect()
+    gc.freeze()
+    reqs = [requests(info["services"], info["crs"], decisions, random.Random(seed)) for _, info in built]
+    for (state, _), rs in zip(built, reqs, strict=True):
+        for r in rs[:200]:  # warm-up: first calls pay for imports, caches, attribute lookups
+            decide(r, state)
+    samples: list[list[int]] = [[] for _ in built]
+    denied = [0] * len(built)
+    bounds = [decisions * k // rounds for k in range(rounds + 1)]
+    clock = time.perf_counter_ns
+    for k in range(rounds):
+        order = list(range(len(built)))
+        order = order[k % len(order):] + order[: k % len(order)]
+        for i in order:
+            state, out = built[i][0], samples[i]
+            for r in reqs[i][bounds[k]:bounds[k + 1]]:
+                t0 = clock()
+                d = decide(r, state)
+                out.append(clock() - t0)
+                denied[i] += not d.allowed
+    results = []
+    for (_, info), xs, n_denied in zip(built, samples, denied, strict=True):
+        xs.sort()
+        info.update({"p50us": round(percentile(xs, 50) / 1000, 1), "p99us": round(percentile(xs, 99) / 1000, 1),
+                     "maxus": round(xs[-1] / 1000, 1), "meanus": round(sum(xs) / len(xs) / 1000, 1),
+                     "denied": n_denied, "decisions": len(xs)})
+        print(f"   scale: {info['services']} services, {info['objects']} objects: p50 {info['p50us']} us, "
+              f"p99 {info['p99us']} us (build {info['buildSeconds']} s)", file=sys.stderr, flush=True)
+        results.append(info)
+    del built
+    gc.unfreeze()
+    gc.collect()
+    return results
 
 
 def memory_per_object(count: int) -> dict[str, Any]:
@@ -226,20 +248,23 @@ def main(argv: list[str]) -> int:
     p.add_argument("--matching", type=_ints, default=[10, 100, 1000, 10_000],
                    help="CRs one Finalizer criterion matches, in the matching sweep (1 CriticalService)")
     p.add_argument("--memory-objects", type=int, default=200_000)
+    p.add_argument("--rounds", type=int, default=20, help="interleaved blocks each point's decisions are split into")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.decisions < 1 or not 1 <= args.rounds <= args.decisions:
+        p.error("need --decisions >= 1 and 1 <= --rounds <= --decisions")
 
     started = time.perf_counter()
     memory = memory_per_object(args.memory_objects)
     print(f"   scale: {memory['bytesPerObject']} bytes per cached object", file=sys.stderr, flush=True)
     per = args.crs_per_service
-    by_services = [point(n, n * per, args.decisions, args.seed) for n in args.services]
+    opts = {"decisions": args.decisions, "rounds": args.rounds, "seed": args.seed}
+    by_services = sweep([(n, n * per, 0) for n in args.services], **opts)
     n = args.objects_services
     base = len(cluster(n, n * per))
-    by_objects = [point(n, n * per, args.decisions, args.seed, filler=max(0, total - base)) for total in args.objects]
-    # Fewer decisions here: at 10,000 matching CRs a protected DELETE takes ~30 ms (that is the finding).
-    by_matching = [point(1, m, min(args.decisions, 2000), args.seed) for m in args.matching]
+    by_objects = sweep([(n, n * per, max(0, total - base)) for total in args.objects], **opts)
+    by_matching = sweep([(1, m, 0) for m in args.matching], **opts)
     cols = ["services", "matchingPerService", "objects", "p50us", "p99us", "maxus", "buildSeconds"]
 
     def table(title: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -250,6 +275,10 @@ def main(argv: list[str]) -> int:
         "p99GrowthServicesSweep": _growth(by_services, "p99us"),
         "p99GrowthObjectsSweep": _growth(by_objects, "p99us"),
         "p99GrowthMatchingSweep": _growth(by_matching, "p99us"),
+        "p50GrowthServicesSweep": _growth(by_services, "p50us"),
+        "p50GrowthObjectsSweep": _growth(by_objects, "p50us"),
+        "p50GrowthMatchingSweep": _growth(by_matching, "p50us"),
+        "roundsPerSweep": args.rounds,
         "p99GrowthGoal": 0.10,
         "bytesPerCachedObject": memory["bytesPerObject"],
         "bytesPerCachedObjectGoal": 500,

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterator
 from typing import Protocol
 
-from sortedcontainers import SortedDict, SortedList
+from sortedcontainers import SortedList
 
 from .api import CriticalService, GroupResource, ObjectRef
 from .labels import LabelSelector
@@ -83,129 +83,99 @@ class Matches(Collection[KubeObject]):
 _NONE = Matches(0)
 
 
-class _Bucket(Matches):
-    """The objects of one namespace (a name -> object SortedDict)."""
-
-    __slots__ = ("_bucket",)
-
-    def __init__(self, bucket: SortedDict) -> None:
-        super().__init__(len(bucket))
-        self._bucket = bucket
-
-    def __iter__(self) -> Iterator[KubeObject]:
-        bucket = self._bucket
-        for name in bucket:
-            yield bucket[name]
+_Key = tuple[str, str]  # (namespace, name)
 
 
-class _AllNamespaces(Matches):
-    """Every object of a group/resource, namespace by namespace."""
+class _Keyed(Matches):
+    """Objects named by a slice of a sorted key list, read from their group/resource's store."""
 
-    __slots__ = ("_namespaces",)
+    __slots__ = ("_keys", "_objects")
 
-    def __init__(self, namespaces: SortedDict, size: int) -> None:
+    def __init__(self, keys: SortedList, objects: dict[_Key, KubeObject], size: int) -> None:
         super().__init__(size)
-        self._namespaces = namespaces
+        self._keys, self._objects = keys, objects
 
     def __iter__(self) -> Iterator[KubeObject]:
-        namespaces = self._namespaces
-        for namespace in namespaces:
-            bucket = namespaces[namespace]
-            for name in bucket:
-                yield bucket[name]
+        objects = self._objects
+        for key in self._keys:
+            yield objects[key]
 
 
-class _Carrying(Matches):
-    """The objects named by a finalizer index, read from their group/resource's store."""
+class _Range(Matches):
+    """Objects whose keys are positions lo..hi of a sorted key list (one namespace's, say)."""
 
-    __slots__ = ("_names", "_store")
+    __slots__ = ("_hi", "_lo", "_objects", "_order")
 
-    def __init__(self, names: SortedDict, store: SortedDict, size: int) -> None:
-        super().__init__(size)
-        self._names, self._store = names, store
+    def __init__(self, order: SortedList, lo: int, hi: int, objects: dict[_Key, KubeObject]) -> None:
+        super().__init__(hi - lo)
+        self._order, self._lo, self._hi, self._objects = order, lo, hi, objects
 
     def __iter__(self) -> Iterator[KubeObject]:
-        names, store = self._names, self._store
-        for namespace in names:
-            bucket = store[namespace]
-            for name in names[namespace]:
-                yield bucket[name]
+        objects = self._objects
+        for key in self._order.islice(self._lo, self._hi):  # a fresh iterator each time: views are re-read
+            yield objects[key]
 
 
-class _ByNamespace:
-    """Objects of one group/resource: namespace -> (name -> object), both levels sorted, count kept.
+class _Store:
+    """Objects of one group/resource: (namespace, name) -> object, plus the keys in sorted order.
 
-    Nested by namespace rather than keyed by (namespace, name) tuples: a tuple key would cost ~56
-    bytes per cached object, the nested sorted dicts cost a pointer (and a namespace costs its bucket).
+    Flat, keyed by tuples, rather than nested by namespace: a cluster spreads most resources thinly
+    over many namespaces (10 CRs of an operator in 10 tenant namespaces), and a sorted container per
+    namespace cost ~1.9 KB each, 1.1 KB per cached object in total at 10,000 operators. One sorted
+    key list per resource costs a pointer per object; a namespace is a range of it, found by bisection.
     """
 
-    __slots__ = ("count", "namespaces")
+    __slots__ = ("objects", "order")
 
     def __init__(self) -> None:
-        self.namespaces: SortedDict = SortedDict()  # str -> SortedDict[str, KubeObject]
-        self.count = 0
+        self.objects: dict[_Key, KubeObject] = {}
+        self.order = SortedList()  # of the keys of `objects` (the same tuple objects)
+
+    @property
+    def count(self) -> int:
+        return len(self.objects)
 
     def get(self, namespace: str, name: str) -> KubeObject | None:
-        bucket = self.namespaces.get(namespace)
-        return bucket.get(name) if bucket is not None else None
+        return self.objects.get((namespace, name))
 
-    def put(self, obj: KubeObject) -> KubeObject | None:
-        bucket = self.namespaces.get(obj.namespace)
-        if bucket is None:
-            bucket = self.namespaces[obj.namespace] = SortedDict()
-        old: KubeObject | None = bucket.get(obj.name)
-        bucket[obj.name] = obj
-        self.count += old is None
+    def put(self, key: _Key, obj: KubeObject) -> KubeObject | None:
+        old = self.objects.get(key)
+        if old is None:
+            self.order.add(key)
+            self.objects[key] = obj
+        else:
+            self.objects[key] = obj  # the dict keeps its key object, which `order` holds too
         return old
 
     def pop(self, namespace: str, name: str) -> KubeObject | None:
-        bucket = self.namespaces.get(namespace)
-        if bucket is None:
-            return None
-        old: KubeObject | None = bucket.pop(name, None)
+        key = (namespace, name)
+        old = self.objects.pop(key, None)
         if old is not None:
-            self.count -= 1
-            if not bucket:
-                del self.namespaces[namespace]
+            self.order.remove(key)
         return old
 
     def all(self) -> Matches:
-        return _AllNamespaces(self.namespaces, self.count)
+        return _Keyed(self.order, self.objects, len(self.objects))
 
     def in_namespace(self, namespace: str) -> Matches:
-        bucket = self.namespaces.get(namespace)
-        return _Bucket(bucket) if bucket is not None else _NONE
+        # (ns,) sorts before every (ns, name), and (ns + "\0",) after them and before any later namespace.
+        lo = self.order.bisect_left((namespace,))
+        hi = self.order.bisect_left((namespace + "\0",))
+        if lo == hi:
+            return _NONE
+        return _Range(self.order, lo, hi, self.objects)
 
 
 class _Finalized:
-    """Which objects of one group/resource carry one finalizer: namespace -> sorted names, count kept.
+    """Which objects of one group/resource carry one finalizer: their keys, sorted (a pointer each)."""
 
-    Names only (a pointer each): the objects themselves are read from the group/resource's store.
-    """
-
-    __slots__ = ("count", "namespaces")
+    __slots__ = ("keys",)
 
     def __init__(self) -> None:
-        self.namespaces: SortedDict = SortedDict()  # str -> SortedList[str]
-        self.count = 0
+        self.keys = SortedList()
 
-    def add(self, namespace: str, name: str) -> None:
-        names = self.namespaces.get(namespace)
-        if names is None:
-            names = self.namespaces[namespace] = SortedList()
-        names.add(name)
-        self.count += 1
-
-    def discard(self, namespace: str, name: str) -> None:
-        names = self.namespaces.get(namespace)
-        if names is not None and name in names:
-            names.remove(name)
-            self.count -= 1
-            if not names:
-                del self.namespaces[namespace]
-
-    def view(self, store: _ByNamespace) -> Matches:
-        return _Carrying(self.namespaces, store.namespaces, self.count)
+    def view(self, store: _Store) -> Matches:
+        return _Keyed(self.keys, store.objects, len(self.keys))
 
 
 class MemoryState:
@@ -219,7 +189,7 @@ class MemoryState:
 
     def __init__(self, mapper: RESTMapper | None = None) -> None:
         self.mapper = mapper or RESTMapper()
-        self._objects: dict[GroupResource, _ByNamespace] = {}
+        self._objects: dict[GroupResource, _Store] = {}
         self._finalized: dict[tuple[GroupResource, str], _Finalized] = {}
         self._services: dict[str, CriticalService] = {}
         # Providers are indexed by (group, namespace, name): the resource may be written as a Kind and
@@ -232,17 +202,19 @@ class MemoryState:
         gr = obj.group_resource
         store = self._objects.get(gr)
         if store is None:
-            store = self._objects[gr] = _ByNamespace()
-        old = store.put(obj)
+            store = self._objects[gr] = _Store()
+        # One key tuple per object, shared by the store, its order and the finalizer indexes.
+        key = (obj.namespace, obj.name)
+        old = store.put(key, obj)
         if old is not None and old.finalizers == obj.finalizers:
-            return  # the common update (status, labels): the finalizer indexes already hold the name
+            return  # the common update (status, labels): the finalizer indexes already hold the key
         if old is not None:
             self._unindex_finalizers(old)
         for f in obj.finalizers:
             index = self._finalized.get((gr, f))
             if index is None:
                 index = self._finalized[(gr, f)] = _Finalized()
-            index.add(obj.namespace, obj.name)
+            index.keys.add(key)
 
     def remove(self, ref: ObjectRef) -> KubeObject | None:
         store = self._objects.get(ref.group_resource)
@@ -259,8 +231,8 @@ class MemoryState:
         for f in obj.finalizers:
             index = self._finalized.get((obj.group_resource, f))
             if index is not None:
-                index.discard(obj.namespace, obj.name)
-                if not index.count:
+                index.keys.discard((obj.namespace, obj.name))
+                if not index.keys:
                     del self._finalized[(obj.group_resource, f)]
 
     def upsert_critical_service(self, cs: CriticalService) -> None:
