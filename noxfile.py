@@ -1,6 +1,7 @@
 """Sessions: tests (the default CI run), scenarios (big property profile), lint, typecheck, bench."""
 
 import os
+import shutil
 
 import nox
 
@@ -47,6 +48,14 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks (not part of the test run); writes bench-results/*.json and prints a table."""
-    _install(session)
+    """Benchmarks (not part of the test run); writes bench-results/results.json and prints a table.
+
+    `nox -s bench` runs them all; `nox -s bench -- latency --duration 10` runs one with its options.
+    The latency benchmark needs wrk (Debian package `wrk`): installed here when missing and apt-get
+    can run (root), as .ci/run does for kubectl; otherwise that benchmark reports itself skipped.
+    """
+    session.install("-e", ".[test,bench]")
+    if shutil.which("wrk") is None and shutil.which("apt-get") and os.geteuid() == 0:
+        session.run("sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk",
+                    external=True, success_codes=[0, 100])
     session.run("python", "-m", "benchmarks", *session.posargs)
