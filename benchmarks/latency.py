@@ -1,6 +1,6 @@
 """Latency and throughput at load: the gate against a bare allow-all endpoint, same stack, same run.
 
-    python -m benchmarks latency [--connections 1,4,16] [--duration 5] [--workloads protected,unprotected]
+    python -m benchmarks latency [--connections 1,4,16] [--duration 3] [--rounds 3] [--workloads protected,unprotected]
                                  [--services 20] [--crs 2000] [--log-level info] [--json]
 
 Both servers are separate processes on the same starlette + hypercorn stack with the same TLS
@@ -21,7 +21,9 @@ Deployment) with benchmarks/wrk/review.lua, which prints percentiles as JSON. Tw
                   common answer (the webhook sees every Deployment DELETE of the cluster)
  Debian's wrk has no rate control (that is wrk2), so the offered load is
 varied by the number of connections (closed loop: each connection sends its next request when the
-answer arrives); for each level the gate and the bare endpoint are measured back to back.
+answer arrives); for each level the gate and the bare endpoint are measured back to back, --rounds
+times, alternating which goes first; throughput and CPU are totals over the rounds, the percentiles
+the median round's (see `combine`).
 
 Reading it: the goal is gate p99 <= 1.25 x bare p99 and gate requests/s >= 0.8 x bare. Both servers
 are single Python processes (one core each at most); on a 2-core machine wrk shares the CPU with
@@ -41,6 +43,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -192,6 +195,22 @@ def _wait_ports(path: Path, proc: subprocess.Popen[bytes], what: str, timeout: f
         time.sleep(0.05)
 
 
+def make_certs(work: Path) -> None:
+    """A CA and a serving certificate for 127.0.0.1 in `work` (ca.crt, tls.crt, tls.key)."""
+    subprocess.run([sys.executable, "-m", "criticalsvc", "certs", "--out", str(work), "--san", "127.0.0.1"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def spawn_gate(work: Path, snapshot: Path, *, log_level: str = "info", stderr: Any = subprocess.DEVNULL,
+               port_file: str = "gate-ports.json") -> subprocess.Popen[bytes]:
+    """`criticalsvc serve --state SNAPSHOT` with make_certs' TLS on 127.0.0.1 port 0; ports go to work/port_file."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "criticalsvc", "serve", "--state", str(snapshot), "--tls-cert", str(work / "tls.crt"),
+         "--tls-key", str(work / "tls.key"), "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0",
+         "--port-file", str(work / port_file), "--log-level", log_level, "--no-status"],
+        stdout=subprocess.DEVNULL, stderr=stderr, cwd=ROOT)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used so far (/proc/PID/stat, in clock ticks)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -224,6 +243,27 @@ def run_wrk(port: int, review: Path, *, connections: int, duration: float, pid: 
             "cpuShare": round(cpu / seconds, 2), "command": " ".join(cmd)}
 
 
+def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One figure from a server's rounds: totals for throughput and CPU, the median round's percentiles.
+
+    wrk reports percentiles, not its histogram, so rounds cannot be merged exactly; the median of the
+    rounds' p99 is robust to one round hit by outside load, which is why there are rounds at all.
+    """
+    seconds = sum(r["requests"] / r["rps"] for r in runs if r["rps"])
+    requests = sum(r["requests"] for r in runs)
+    cpu_us = sum(r["cpuUsPerRequest"] * r["requests"] for r in runs if r["cpuUsPerRequest"] is not None)
+    out: dict[str, Any] = {"connections": runs[0]["connections"], "rounds": len(runs), "requests": requests,
+                           "rps": round(requests / seconds, 1) if seconds else 0.0,
+                           "cpuUsPerRequest": round(cpu_us / requests, 1) if requests else None,
+                           "cpuShare": round(statistics.median(r["cpuShare"] for r in runs), 2),
+                           "errors": sum(r["errors"] for r in runs), "maxms": max(r["maxms"] for r in runs)}
+    for key in ("p50ms", "p90ms", "p99ms", "p999ms", "meanms"):
+        out[key] = round(statistics.median(r[key] for r in runs), 3)
+    out["perRound"] = [{k: r[k] for k in ("rps", "p50ms", "p99ms", "cpuUsPerRequest", "cpuShare")} for r in runs]
+    out["command"] = runs[0]["command"]
+    return out
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -241,7 +281,8 @@ def _ints(text: str) -> list[int]:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks latency", description=__doc__.splitlines()[0])
     p.add_argument("--connections", type=_ints, default=[1, 4, 16], help="wrk connection counts (load levels)")
-    p.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    p.add_argument("--duration", type=float, default=3.0, help="seconds per wrk run")
+    p.add_argument("--rounds", type=int, default=3, help="wrk runs per server and level, alternating the servers")
     p.add_argument("--workloads", type=lambda t: [w for w in t.split(",") if w], default=list(WORKLOADS),
                    help=f"comma-separated, of: {', '.join(WORKLOADS)}")
     p.add_argument("--services", type=int, default=20, help="CriticalServices in the gate's snapshot")
@@ -252,6 +293,8 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.serve_bare:
         return serve_bare(Path(args.serve_bare))
+    if args.rounds < 1 or args.duration <= 0:
+        p.error("need --rounds >= 1 and --duration > 0")
     unknown = sorted(set(args.workloads) - set(WORKLOADS))
     if unknown or not args.workloads:
         p.error(f"--workloads: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(WORKLOADS)}")
@@ -265,8 +308,7 @@ def main(argv: list[str]) -> int:
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="criticalsvc-bench-") as tmp:
         work = Path(tmp)
-        subprocess.run([py, "-m", "criticalsvc", "certs", "--out", str(work), "--san", "127.0.0.1"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        make_certs(work)
         snapshot = work / "snapshot.json"
         objects = write_snapshot(snapshot, args.services, args.crs)
         reviews = {}
@@ -274,11 +316,7 @@ def main(argv: list[str]) -> int:
             reviews[workload] = work / f"review-{workload}.json"
             reviews[workload].write_bytes(review_body(args.services, workload))
         review_bytes = {w: r.stat().st_size for w, r in reviews.items()}
-        gate = subprocess.Popen(
-            [py, "-m", "criticalsvc", "serve", "--state", str(snapshot), "--tls-cert", str(work / "tls.crt"),
-             "--tls-key", str(work / "tls.key"), "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0",
-             "--port-file", str(work / "gate-ports.json"), "--log-level", args.log_level, "--no-status"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        gate = spawn_gate(work, snapshot, log_level=args.log_level)
         bare = subprocess.Popen([py, "-m", "benchmarks", "latency", "--serve-bare", str(work)],
                                 stdout=subprocess.DEVNULL, cwd=ROOT)
         levels = []
@@ -296,8 +334,15 @@ def main(argv: list[str]) -> int:
                                     headers={"content-type": "application/json"}, verify=tls).json()
                 decisions[workload] = "allowed" if answer["response"]["allowed"] else "denied"
                 for c in args.connections:
-                    g = run_wrk(gate_port, review, connections=c, duration=args.duration, pid=gate.pid)
-                    b = run_wrk(bare_port, review, connections=c, duration=args.duration, pid=bare.pid)
+                    # Rounds, alternating which server goes first: on a shared machine a burst of outside
+                    # load then lands on both alike instead of on whichever ran at that moment.
+                    runs: dict[str, list[dict[str, Any]]] = {"gate": [], "bare": []}
+                    for k in range(args.rounds):
+                        order = [("gate", gate_port, gate.pid), ("bare", bare_port, bare.pid)]
+                        for target, port, pid in order if k % 2 == 0 else order[::-1]:
+                            runs[target].append(run_wrk(port, review, connections=c, duration=args.duration,
+                                                        pid=pid))
+                    g, b = combine(runs["gate"]), combine(runs["bare"])
                     levels.append({
                         "workload": workload, "connections": c, "gate": g, "bare": b,
                         "p99Ratio": round(g["p99ms"] / b["p99ms"], 2) if b["p99ms"] else None,
@@ -330,7 +375,7 @@ def main(argv: list[str]) -> int:
         "reviewBytes": review_bytes,
         "gateDecision": decisions,
         "snapshotObjects": objects, "snapshotServices": args.services,
-        "durationSeconds": args.duration, "gateLogLevel": args.log_level,
+        "durationSeconds": args.duration, "rounds": args.rounds, "gateLogLevel": args.log_level,
         "goal": f"gate p99 <= {P99_GOAL} x bare, throughput >= {THROUGHPUT_GOAL} x bare",
         "goalMet": {w: met(w) for w in reviews},
         "levels": levels,

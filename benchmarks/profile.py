@@ -33,7 +33,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from .latency import LUA, ROOT, WORKLOADS, _stop, _wait_ports, cpu_seconds, review_body, write_snapshot
+from .latency import (
+    LUA,
+    WORKLOADS,
+    _stop,
+    _wait_ports,
+    cpu_seconds,
+    make_certs,
+    review_body,
+    spawn_gate,
+    write_snapshot,
+)
 from .report import emit
 
 # The layer of a frame, by the file it is in (first match wins).
@@ -109,20 +119,14 @@ def main(argv: list[str]) -> int:
         emit("profile", {"skipped": msg}, as_json=args.json)
         return 1
 
-    py = sys.executable
     with tempfile.TemporaryDirectory(prefix="criticalsvc-profile-") as tmp:
         work = Path(tmp)
-        subprocess.run([py, "-m", "criticalsvc", "certs", "--out", str(work), "--san", "127.0.0.1"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        make_certs(work)
         snapshot = work / "snapshot.json"
         write_snapshot(snapshot, args.services, args.crs)
         review = work / "review.json"
         review.write_bytes(review_body(args.services, args.workload))
-        gate = subprocess.Popen(
-            [py, "-m", "criticalsvc", "serve", "--state", str(snapshot), "--tls-cert", str(work / "tls.crt"),
-             "--tls-key", str(work / "tls.key"), "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0",
-             "--port-file", str(work / "ports.json"), "--no-status"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        gate = spawn_gate(work, snapshot, port_file="ports.json")
         try:
             port = _wait_ports(work / "ports.json", gate, "the gate")["listen"]
             load = subprocess.Popen(

@@ -79,7 +79,7 @@ from typing import Any
 import attrs
 import orjson
 
-from .latency import ROOT, _stop, _wait_ports, review_body, write_snapshot
+from .latency import _stop, _wait_ports, make_certs, review_body, spawn_gate, write_snapshot
 from .report import emit, percentile
 
 ERRORS_GOAL = 0
@@ -439,20 +439,14 @@ class Gate:
 @contextlib.contextmanager
 def running_gate(*, services: int = 20, crs: int = 2000, log_level: str = "info") -> Iterator[Gate]:
     """A gate on benchmarks.scale.cluster(services, crs) over TLS, ready (polled) on entry, SIGTERMed on exit."""
-    py = sys.executable
     with tempfile.TemporaryDirectory(prefix="criticalsvc-soak-") as tmp:
         work = Path(tmp)
-        subprocess.run([py, "-m", "criticalsvc", "certs", "--out", str(work), "--san", "127.0.0.1"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        make_certs(work)
         snapshot = work / "snapshot.json"
         objects = write_snapshot(snapshot, services, crs)
         log = work / "gate.log"
         with log.open("wb") as log_file:
-            process = subprocess.Popen(
-                [py, "-m", "criticalsvc", "serve", "--state", str(snapshot), "--tls-cert", str(work / "tls.crt"),
-                 "--tls-key", str(work / "tls.key"), "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0",
-                 "--port-file", str(work / "gate-ports.json"), "--log-level", log_level, "--no-status"],
-                stdout=subprocess.DEVNULL, stderr=log_file, cwd=ROOT)
+            process = spawn_gate(work, snapshot, log_level=log_level, stderr=log_file)
         try:
             port = _wait_ports(work / "gate-ports.json", process, "the gate")["listen"]
             yield Gate(f"https://127.0.0.1:{port}/validate", str(work / "ca.crt"), process, objects, log)
