@@ -2,7 +2,7 @@
 
     python -m benchmarks scale_http [--decisions 2000] [--rounds 40] [--services 10,100,1000,10000]
                                     [--crs-per-service 10] [--objects-services 100]
-                                    [--objects 1000,10000,50000,200000] [--log-level info] [--seed 0] [--json]
+                                    [--objects 1000,10000,50000,200000] [--log-level debug] [--seed 0] [--json]
 
 The over-HTTP half of the scale benchmark (benchmarks/scale.py times `decide()` in-process). The
 clusters, the sweeps and the request mix are scale.py's (`cluster()`, `requests()`), so the two
@@ -20,10 +20,11 @@ no plain-HTTP webhook listener), HTTP/1.1, plus the ops listener, both on 127.0.
 its ports as one JSON line on stdout once bound; the parent then polls /readyz on the ops port.
 SIGTERM stops it (graceful shutdown, as in production).
 
-Logging is `criticalsvc serve`'s default, `info`: one JSON line per decision, here to a file. That
-is the production configuration, and it gives the server's own time per decision (`latency_ms` of
-each `decision` line: handler entry to response body ready, without HTTP parsing and TLS) next to
-the client's. `--log-level warning` drops the decision lines and with them the server columns.
+Logging is at `debug` by default: one JSON line per decision, here to a file, which gives the
+server's own time per decision (`latency_ms` of each `decision` line: handler entry to response
+body ready, without HTTP parsing and TLS) next to the client's. Production's `info` has no line for
+the routine ALLOWs of unprotected objects (server.ROUTINE_RULES), so it would leave those out of
+the server columns; `--log-level warning` drops the decision lines and with them the server columns.
 
 Client: this process posts the DELETE mix of scale.requests, encoded as the API server sends it
 (resource, kind, name, namespace, oldObject, userInfo, DeleteOptions), sequentially over one
@@ -320,8 +321,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--objects-services", type=int, default=100, help="CriticalServices in the objects sweep")
     p.add_argument("--objects", type=_ints, default=[1000, 10_000, 50_000, 200_000],
                    help="cached objects in the objects sweep (the rest beyond the operators' are ConfigMaps)")
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
-                   help="the servers' log level (default: info, as `criticalsvc serve`)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="debug",
+                   help="the servers' log level (debug: a line for every decision, routine ALLOWs included)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.add_argument("--serve-point", metavar="CERTS_DIR", help=argparse.SUPPRESS)

@@ -30,13 +30,16 @@ The decision runs in the event loop: `decide` is pure and takes well under a mil
 indexes, O(matching CriticalServices)), so a thread hop would cost more than it saves. Only the
 confirmation awaits I/O, bounded by `confirm_timeout`.
 
-Each answered review produces exactly one log line (`event="decision"`) with the request's identity
-and the outcome, never object contents; a break-glass deletion is logged at warning level.
+Each answered review produces one log line (`event="decision"`) with the request's identity and the
+outcome, never object contents: at info for every decision a CriticalService had a say in (denials,
+protected ALLOWs, warnings), at warning for a break-glass deletion, and at debug only for the routine
+ALLOWs of objects nothing protects (ROUTINE_RULES; they are still counted in the metrics).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -55,6 +58,13 @@ from .errors import MalformedReview
 from .logs import get_logger
 from .metrics import REJECT_MALFORMED, REJECT_NOT_READY, REJECT_TOO_LARGE, Metrics
 from .state import ClusterState, MemoryState
+
+# ALLOWs no CriticalService had a say in: the webhook's rules send it every Deployment (and
+# StatefulSet, DaemonSet) DELETE of the cluster, and almost all of those are not providers. They are
+# counted (criticalsvc_decisions_total{rule}) and carry the rule as an audit annotation, but get a log
+# line only at --log-level debug: at info a busy cluster's log would be mostly these, and the line cost
+# ~10 % of the gate's CPU per answer under load (benchmarks/latency.py, workload "unprotected").
+ROUTINE_RULES = frozenset({Rule.UNPROTECTED, Rule.NOT_GATED})
 
 # The API server refuses to decode a write request body over 3 MiB (MaxRequestBodyBytes in
 # k8s.io/apiserver/pkg/server/config.go: twice etcd's recommended 1.5 MB request size, because JSON is
@@ -318,6 +328,14 @@ class Webhook:
         result = "allowed" if decision.allowed else "denied"
         self.metrics.decisions.labels(resource, admission.operation, result, decision.rule.value).inc()
         self.metrics.decision_duration.observe(elapsed)
+        if self.on_decision is not None:
+            try:
+                self.on_decision(admission, decision)
+            except Exception:  # a side channel must never change or break the answer
+                self.log.exception("on_decision hook failed", uid=admission.uid)
+        routine = decision.allowed and decision.rule in ROUTINE_RULES and not decision.warnings
+        if routine and not self.log.is_enabled_for(logging.DEBUG):
+            return  # counted above; not worth a line at info (see ROUTINE_RULES)
         fields: dict[str, Any] = {
             "uid": admission.uid,
             "user": admission.username,
@@ -339,14 +357,11 @@ class Webhook:
             fields["blocking"] = list(decision.blocking)
         if live:
             fields["live_confirmation"] = live
-        if self.on_decision is not None:
-            try:
-                self.on_decision(admission, decision)
-            except Exception:  # a side channel must never change or break the answer
-                self.log.exception("on_decision hook failed", uid=admission.uid)
         if decision.allowed and decision.break_glass:
             self.metrics.break_glass.labels(resource).inc()
             self.log.warning("decision", break_glass=decision.break_glass, **fields)
+        elif routine:
+            self.log.debug("decision", **fields)
         else:
             self.log.info("decision", **fields)
 

@@ -459,6 +459,24 @@ async def test_one_log_line_per_decision_without_object_contents(
     assert "s3cr3t-marker" not in everything and "annotation-marker" not in everything
 
 
+async def test_routine_allows_are_counted_but_logged_only_at_debug(
+    source: StaticStateSource, logs: Callable[[], list[dict[str, Any]]]
+) -> None:
+    """At info, an ALLOW of an object nothing protects writes no decision line (it is counted); at debug it does."""
+    webhook = make_webhook(source)
+    await post_review(webhook, review_of("unrelated", namespace="default"))
+    await post_review(webhook, review_of("finalizer-deployment"))  # protected: denied, logged at info
+    assert [line["rule"] for line in logs() if line["event"] == "decision"] == ["blocked"]
+    metrics = webhook.metrics.exposition()[0].decode()
+    assert metric_value(metrics, 'criticalsvc_decisions_total{operation="DELETE",resource="deployments.apps",'
+                                 'result="allowed",rule="unprotected"}') == 1
+    buffer = io.BytesIO()
+    configure_logging("debug", stream=buffer)
+    await post_review(make_webhook(source), review_of("unrelated", namespace="default"))
+    [line] = [orjson.loads(raw) for raw in buffer.getvalue().splitlines() if b'"decision"' in raw]
+    assert (line["level"], line["result"], line["rule"]) == ("debug", "allowed", "unprotected")
+
+
 async def test_break_glass_is_allowed_and_logged_at_warning(
     source: StaticStateSource, logs: Callable[[], list[dict[str, Any]]]
 ) -> None:
