@@ -233,6 +233,15 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """The services and objects sweeps' options (shared with scale_http, so both time the same points)."""
+    p.add_argument("--services", type=_ints, default=[10, 100, 1000, 10_000])
+    p.add_argument("--crs-per-service", type=int, default=10, help="CRs per CriticalService in both sweeps")
+    p.add_argument("--objects-services", type=int, default=100, help="CriticalServices in the objects sweep")
+    p.add_argument("--objects", type=_ints, default=[1000, 10_000, 50_000, 200_000],
+                   help="cached objects in the objects sweep (the rest beyond the operators' are ConfigMaps)")
+
+
 def _growth(rows: list[dict[str, Any]], key: str) -> float:
     return round(rows[-1][key] / rows[0][key] - 1, 3) if rows and rows[0][key] else 0.0
 
@@ -240,11 +249,7 @@ def _growth(rows: list[dict[str, Any]], key: str) -> float:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks scale", description=__doc__.splitlines()[0])
     p.add_argument("--decisions", type=int, default=10_000, help="decisions timed per point")
-    p.add_argument("--services", type=_ints, default=[10, 100, 1000, 10_000])
-    p.add_argument("--crs-per-service", type=int, default=10, help="CRs per CriticalService in the first two sweeps")
-    p.add_argument("--objects-services", type=int, default=100, help="CriticalServices in the objects sweep")
-    p.add_argument("--objects", type=_ints, default=[1000, 10_000, 50_000, 200_000],
-                   help="cached objects in the objects sweep (the rest beyond the operators' are ConfigMaps)")
+    add_sweep_arguments(p)
     p.add_argument("--matching", type=_ints, default=[10, 100, 1000, 10_000],
                    help="CRs one Finalizer criterion matches, in the matching sweep (1 CriticalService)")
     p.add_argument("--memory-objects", type=int, default=200_000)

@@ -68,7 +68,7 @@ from criticalsvc.api import NAMESPACES
 from criticalsvc.decision import AdmissionRequest
 
 from .report import emit, percentile
-from .scale import cluster, requests
+from .scale import add_sweep_arguments, cluster, requests
 
 ROOT = Path(__file__).resolve().parents[1]
 WARM_UP = 200  # untimed reviews per server before timing: imports, caches, the TLS session
@@ -316,11 +316,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks scale_http", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--decisions", type=int, default=2000, help="reviews timed per point")
     p.add_argument("--rounds", type=int, default=40, help="interleaved blocks the reviews of a point are split into")
-    p.add_argument("--services", type=_ints, default=[10, 100, 1000, 10_000])
-    p.add_argument("--crs-per-service", type=int, default=10, help="CRs per CriticalService in both sweeps")
-    p.add_argument("--objects-services", type=int, default=100, help="CriticalServices in the objects sweep")
-    p.add_argument("--objects", type=_ints, default=[1000, 10_000, 50_000, 200_000],
-                   help="cached objects in the objects sweep (the rest beyond the operators' are ConfigMaps)")
+    add_sweep_arguments(p)
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="debug",
                    help="the servers' log level (debug: a line for every decision, routine ALLOWs included)")
     p.add_argument("--seed", type=int, default=0)
