@@ -6,7 +6,8 @@ bodies run in the `ci` profile on 2 cores). For every body: never a 5xx and no e
 swallowed (criticalsvc_decision_errors_total stays 0); undecodable or not-an-AdmissionReview input gets
 a 400 with a JSON `error`; a wire-valid review gets a 200 AdmissionReview with its uid; and a DELETE
 that names a protected object is never allowed unless the documented exceptions apply (the oracle,
-`strategies_fuzz.must_deny`). Bodies per run: 4,000 garbage + 4,000 mutated + 2,500 protected (+ 8 controls) = 10,508.
+`strategies_fuzz.must_deny`). Bodies per run: 4,000 garbage + 4,000 mutated + 2,500 protected (+ 8 controls) = 10,508;
+CRITICALSVC_FUZZ_SCALE=N multiplies the generated ones by N (the long profile).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import os
 from collections import Counter
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
@@ -42,9 +44,11 @@ from criticalsvc.server import StaticStateSource, Webhook
 from criticalsvc.snapshot import build_state
 
 STORY = Path(__file__).resolve().parents[1] / "api/examples/reference-story.yaml"
-GARBAGE_EXAMPLES = 4000
-MUTATED_EXAMPLES = 4000
-PROTECTED_EXAMPLES = 2500
+# The long profile: CRITICALSVC_FUZZ_SCALE=10 runs ten times as many bodies (105,000: ~12 min on 2 cores).
+SCALE = max(1, int(os.environ.get("CRITICALSVC_FUZZ_SCALE", "1") or 1))
+GARBAGE_EXAMPLES = 4000 * SCALE
+MUTATED_EXAMPLES = 4000 * SCALE
+PROTECTED_EXAMPLES = 2500 * SCALE
 
 
 @pytest.fixture(scope="module")
