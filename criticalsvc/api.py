@@ -34,6 +34,10 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 BREAK_GLASS_ANNOTATION = f"{GROUP}/break-glass"
 DELETION_PROTECTED_LABEL = f"{GROUP}/deletion-protected"
 DELETION_PROTECTED_ALWAYS = "Always"
+# The CRD's maxItems for spec.criteria (api/criticalservices.criticalsvc.io.yaml; tests/test_api.py keeps
+# the two equal): the API server enforces it on writes, and the parser too, so that a snapshot or a
+# review the API server never saw cannot hand `decide` an unbounded list to walk on every DELETE.
+MAX_CRITERIA = 64
 
 # DNS-1123 subdomain (object names) and label (namespaces), as apimachinery validates them.
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -185,8 +189,15 @@ def parse_spec(spec: Any) -> CriticalService:
     raw_criteria = spec.get("criteria")
     if not isinstance(raw_criteria, list) or not raw_criteria:
         raise InvalidSpec("spec.criteria", "required: a non-empty list")
+    if len(raw_criteria) > MAX_CRITERIA:
+        raise InvalidSpec("spec.criteria", too_many(len(raw_criteria), MAX_CRITERIA))
     criteria = tuple(_parse_criterion(c, f"spec.criteria[{i}]") for i, c in enumerate(raw_criteria))
     return CriticalService(name="", provider=provider, criteria=criteria, enforcement=enforcement)
+
+
+def too_many(count: int, limit: int) -> str:
+    """The API server's wording for a list over its schema's maxItems."""
+    return f"Too many: {count}: must have at most {limit} items"
 
 
 def _parse_criterion(raw: Any, path: str) -> Criterion:

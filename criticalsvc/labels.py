@@ -16,6 +16,8 @@ from .errors import InvalidSpec
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
 _OPERATORS: tuple[Operator, ...] = ("In", "NotIn", "Exists", "DoesNotExist")
+# The CriticalService CRD's maxItems for a selector's matchExpressions (see api.MAX_CRITERIA).
+MAX_EXPRESSIONS = 32
 
 
 @attrs.frozen
@@ -85,6 +87,9 @@ def parse_label_selector(raw: Any, path: str) -> LabelSelector:
     expressions = raw.get("matchExpressions") or []
     if not isinstance(expressions, list):
         raise InvalidSpec(f"{path}.matchExpressions", "must be a list")
+    if len(expressions) > MAX_EXPRESSIONS:
+        raise InvalidSpec(f"{path}.matchExpressions",
+                          f"Too many: {len(expressions)}: must have at most {MAX_EXPRESSIONS} items")
     for i, expr in enumerate(expressions):
         here = f"{path}.matchExpressions[{i}]"
         if not isinstance(expr, Mapping):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,6 +181,10 @@ BROKEN = [
      "spec.criteria[2].resources.selector.matchExpressions: must be a list"),
     ("selector-label-value-not-string", _set((*SEL, "matchLabels"), {"app": 1}),
      "spec.criteria[2].resources.selector.matchLabels: must be a map of strings"),
+    ("too-many-criteria", lambda o: o["spec"].__setitem__("criteria", o["spec"]["criteria"][:1] * 65),
+     "spec.criteria: Too many: 65: must have at most 64 items"),
+    ("too-many-expressions", _set((*SEL, "matchExpressions"), [{"key": "k", "operator": "Exists"}] * 33),
+     "spec.criteria[2].resources.selector.matchExpressions: Too many: 33: must have at most 32 items"),
 ]
 
 
@@ -193,6 +198,25 @@ def test_each_broken_rule_is_one_error_naming_its_field(mutate, expected):
     assert str(info.value) == expected
     assert "\n" not in str(info.value)
     assert info.value.path == expected.split(": ", 1)[0]
+
+
+def test_list_caps_are_the_crd_schemas_and_the_caps_themselves_parse():
+    """The parser's list caps are the CRD's maxItems, and a spec at exactly the caps is valid."""
+    import yaml
+
+    from criticalsvc.api import MAX_CRITERIA
+    from criticalsvc.labels import MAX_EXPRESSIONS
+
+    crd = yaml.safe_load((Path(__file__).resolve().parents[1] / "api/criticalservices.criticalsvc.io.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    criteria = spec["criteria"]
+    selector = criteria["items"]["properties"]["resources"]["properties"]["selector"]["properties"]
+    assert (criteria["maxItems"], selector["matchExpressions"]["maxItems"]) == (MAX_CRITERIA, MAX_EXPRESSIONS)
+    obj = copy.deepcopy(base())
+    obj["spec"]["criteria"] = obj["spec"]["criteria"][2:] * MAX_CRITERIA
+    obj["spec"]["criteria"][0]["resources"]["selector"]["matchExpressions"] = [
+        {"key": f"k{i}", "operator": "Exists"} for i in range(MAX_EXPRESSIONS)]
+    assert len(parse_critical_service(obj).criteria) == MAX_CRITERIA
 
 
 def test_non_object_is_rejected_and_invalid_spec_is_a_value_error():
