@@ -66,6 +66,11 @@ class GroupResource:
 
 
 NAMESPACES = GroupResource("", "namespaces")
+# The provider types whose DELETEs the shipped webhook configuration sends to the gate
+# (deploy/base/webhook.yaml, rule "workloads"; tests/test_deploy.py keeps the two equal). A provider of
+# another type is protected only through its namespace until the operator adds a rule for its type.
+ROUTED_PROVIDERS = frozenset({GroupResource("apps", "deployments"), GroupResource("apps", "statefulsets"),
+                              GroupResource("apps", "daemonsets")})
 CRDS = GroupResource("apiextensions.k8s.io", "customresourcedefinitions")
 CRITICAL_SERVICES = GroupResource(GROUP, PLURAL)
 

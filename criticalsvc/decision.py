@@ -38,6 +38,7 @@ from .api import (
     DELETION_PROTECTED_ALWAYS,
     DELETION_PROTECTED_LABEL,
     NAMESPACES,
+    ROUTED_PROVIDERS,
     CriticalService,
     Enforcement,
     GroupResource,
@@ -46,6 +47,7 @@ from .api import (
 )
 from .errors import DependencyCycle, InvalidSpec, StateUnavailable
 from .state import ClusterState
+from .status import not_routed
 
 # Messages end up on a terminal after the API server's prefix; Kubernetes has no hard limit, but a
 # wall of text helps nobody, so the message is capped and says how much it left out.
@@ -301,9 +303,12 @@ def _same_spec(a: CriticalService, b: CriticalService) -> bool:
 
 def _spec_warnings(cs: CriticalService, state: ClusterState) -> list[str]:
     out: list[str] = []
-    if state.resolve(cs.provider.group_resource) is None:
+    provider_type = state.resolve(cs.provider.group_resource)
+    if provider_type is None:
         out.append(f"spec.provider: {cs.provider.group_resource} is not served (yet); nothing is protected "
                    "until it is")
+    elif provider_type not in ROUTED_PROVIDERS:
+        out.append(f"spec.provider: {not_routed(cs, provider_type)}")
     for i, c in enumerate(cs.criteria):
         named = criteria.named_resource(c)
         if state.resolve(named) is None:

@@ -6,6 +6,8 @@ writer that recomputes every few seconds does not churn it.
 
     Ready      True  (Enforcing | Warning)      the gate protects the provider as specified
                False (ProviderTypeNotServed)    the provider's type is not served: nothing to protect
+               False (ProviderNotRouted)        the webhook's rules do not send DELETEs of the provider's
+                                                type to the gate: only its namespace is protected
     Blocking   True  (CriteriaUnmet)            deleting the provider (or its namespace) is denied now
                False (CriteriaMet)              it would be allowed
 
@@ -21,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import criteria
-from .api import CriticalService, Enforcement
+from .api import ROUTED_PROVIDERS, CriticalService, Enforcement, GroupResource
 from .state import ClusterState
 
 # The status is an API object other tools read; five blockers are enough to act on.
@@ -45,10 +47,13 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     verdicts = [criteria.evaluate(c, state) for c in cs.criteria]
     unmet = [(i, v) for i, v in enumerate(verdicts) if not v.satisfied]
     provider = state.get(cs.provider)
-    served = state.resolve(cs.provider.group_resource) is not None
-    if not served:
+    provider_type = state.resolve(cs.provider.group_resource)
+    if provider_type is None:
         ready = _condition("Ready", False, "ProviderTypeNotServed",
                            f"{cs.provider.group_resource} is not served; nothing is protected until it is",
+                           now=stamp, generation=generation, previous=prev_conditions)
+    elif provider_type not in ROUTED_PROVIDERS:
+        ready = _condition("Ready", False, "ProviderNotRouted", not_routed(cs, provider_type),
                            now=stamp, generation=generation, previous=prev_conditions)
     else:
         warn = cs.enforcement == Enforcement.WARN
@@ -80,6 +85,15 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     elif cs.provider_uid:
         status["providerUID"] = cs.provider_uid  # keep the last uid seen while the provider is away
     return status
+
+
+def not_routed(cs: CriticalService, provider_type: GroupResource) -> str:
+    """Why a provider of an unrouted type is only half protected, and what to do about it."""
+    routed = ", ".join(sorted(str(gr) for gr in ROUTED_PROVIDERS))
+    where = f"only deleting its namespace {cs.provider.namespace} is gated" if cs.provider.namespace else \
+        "nothing is gated"
+    return (f"the webhook configuration sends no DELETE of {provider_type} to the gate (it routes {routed}), "
+            f"so {where}; add {provider_type} to its workloads rule to gate {cs.provider} itself")
 
 
 def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:

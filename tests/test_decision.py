@@ -548,6 +548,15 @@ def test_unserved_types_warn():
         "spec.criteria[0]: Gizmo.example.com is not served (yet); the criterion holds until it is")
 
 
+def test_a_provider_of_an_unrouted_type_warns_with_the_rule_to_add():
+    """A Service as provider is allowed, with a warning that only its namespace is gated until a rule is added."""
+    d = write(MemoryState(), cs_obj("svc", ("", "services", "ns", "webhook"), resources("", "pods", "other")))
+    assert d.allowed and d.rule is Rule.VALID_SPEC
+    assert len(d.warnings) == 1 and d.warnings[0].startswith("spec.provider: the webhook configuration sends no "
+                                                              "DELETE of services to the gate")
+    assert "only deleting its namespace ns is gated" in d.warnings[0]
+
+
 def test_status_subresource_writes_are_not_gated():
     """An UPDATE of the status subresource is allowed whatever the object looks like."""
     obj = cs_obj("broken", PROVIDER, {"type": "Nope"})

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from criticalsvc import __version__, cli, install
-from criticalsvc.api import GroupResource
+from criticalsvc.api import ROUTED_PROVIDERS, GroupResource
 from criticalsvc.errors import MalformedManifest
 from criticalsvc.serving import parse_endpoint
 from criticalsvc.sim.store import DEFAULT_RULES
@@ -432,6 +432,14 @@ def test_every_role_is_bound_to_the_gate_service_account(base: list[Obj]) -> Non
 def webhooks(objects: list[Obj]) -> list[Obj]:
     result: list[Obj] = one(objects, "ValidatingWebhookConfiguration")["webhooks"]
     return result
+
+
+def test_the_workloads_rule_routes_exactly_the_provider_types_the_gate_calls_routed(base: list[Obj]) -> None:
+    """The shipped DELETE rule for workloads names the types api.ROUTED_PROVIDERS says are gated (status relies on it)."""
+    (workloads,) = [w for w in webhooks(base) if w["name"].startswith("workloads.")]
+    routed = {GroupResource(g, r) for rule in workloads["rules"] if "DELETE" in rule["operations"]
+              for g in rule["apiGroups"] for r in rule["resources"]}
+    assert routed == ROUTED_PROVIDERS
 
 
 def test_the_webhooks_never_gate_their_own_namespace_or_kube_system(base: list[Obj]) -> None:

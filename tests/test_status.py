@@ -2,7 +2,7 @@
 
 import pytest
 
-from criticalsvc.api import CRDS, ObjectRef
+from criticalsvc.api import CRDS, GroupResource, ObjectRef
 from criticalsvc.manifests import load_path
 from criticalsvc.objects import KubeObject
 from criticalsvc.snapshot import build_state
@@ -64,6 +64,19 @@ def test_provider_uid_tracks_the_live_provider(story):
     provider = state.get(cs.provider)
     state.upsert(KubeObject(provider.group_resource, provider.namespace, provider.name, uid="uid-2"))
     assert compute_status(cs, state, now=0)["providerUID"] == "uid-2"
+
+
+def test_provider_of_an_unrouted_type_is_not_ready_and_says_what_to_add(story):
+    """A provider whose DELETEs the webhook does not route (a Service) makes Ready False, naming the rule to add."""
+    import attrs
+
+    state, cs = story
+    service = attrs.evolve(cs, provider=ObjectRef(GroupResource("", "services"), cs.provider.namespace, "webhook"))
+    ready = _cond(compute_status(service, state, now=0), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ProviderNotRouted")
+    assert f"only deleting its namespace {cs.provider.namespace} is gated" in ready["message"]
+    assert "add services to its workloads rule" in ready["message"]
+    assert _cond(compute_status(cs, state, now=0), "Ready")["reason"] == "Enforcing"  # a Deployment is routed
 
 
 def test_unserved_provider_type_is_not_ready(story):

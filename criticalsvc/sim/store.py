@@ -40,7 +40,15 @@ from typing import Any, Literal
 
 import attrs
 
-from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef, parse_critical_service
+from ..api import (
+    CRDS,
+    CRITICAL_SERVICES,
+    NAMESPACES,
+    ROUTED_PROVIDERS,
+    GroupResource,
+    ObjectRef,
+    parse_critical_service,
+)
 from ..errors import CriticalsvcError, InvalidInput
 from ..objects import project
 from ..restmapper import ResourceType, RESTMapper, guess_resource, resource_type_from_crd
@@ -83,9 +91,7 @@ class WebhookRule:
 # The rules deploy/ registers (issue 5): the gate sees DELETEs of namespaces, workloads, CriticalServices
 # and CRDs, and CREATE/UPDATE of CriticalServices.
 DEFAULT_RULES: tuple[WebhookRule, ...] = (
-    WebhookRule(frozenset({"DELETE"}), frozenset({
-        NAMESPACES, GroupResource("apps", "deployments"), GroupResource("apps", "statefulsets"),
-        GroupResource("apps", "daemonsets"), CRITICAL_SERVICES, CRDS})),
+    WebhookRule(frozenset({"DELETE"}), frozenset({NAMESPACES, *ROUTED_PROVIDERS, CRITICAL_SERVICES, CRDS})),
     WebhookRule(frozenset({"CREATE", "UPDATE"}), frozenset({CRITICAL_SERVICES})),
 )
 
