@@ -149,13 +149,7 @@ class KubeTransport:
             raise TransportError(f"GET {path}: {_describe(exc)}") from exc
         finally:
             response.response.release()
-        try:
-            decoded = json.loads(data)
-        except ValueError as exc:
-            raise TransportError(f"GET {path}: the answer is not JSON") from exc
-        if not isinstance(decoded, dict):
-            raise TransportError(f"GET {path}: the answer is not a JSON object")
-        return decoded
+        return _json_object(data, f"GET {path}: the answer")
 
     @contextlib.asynccontextmanager
     async def stream(self, path: str, params: Params = (), *, timeout: float,
@@ -183,13 +177,18 @@ async def _events(content: aiohttp.StreamReader, path: str) -> AsyncIterator[JSO
 
 
 def _decode_event(line: bytes, path: str) -> JSON:
+    return _json_object(line, f"watch {path}: an event")
+
+
+def _json_object(data: bytes, what: str) -> JSON:
+    """`data` decoded as a JSON object; a TransportError saying `what` was not one otherwise."""
     try:
-        event = json.loads(line)
+        decoded = json.loads(data)
     except ValueError as exc:
-        raise TransportError(f"watch {path}: an event is not JSON") from exc
-    if not isinstance(event, dict):
-        raise TransportError(f"watch {path}: an event is not a JSON object")
-    return event
+        raise TransportError(f"{what} is not JSON") from exc
+    if not isinstance(decoded, dict):
+        raise TransportError(f"{what} is not a JSON object")
+    return decoded
 
 
 def _describe(exc: BaseException) -> str:

@@ -879,15 +879,20 @@ class StandIn:
         if t.group_resource == NAMESPACES:
             new.setdefault("spec", {})["finalizers"] = list((current.get("spec") or {}).get("finalizers") or [])
 
+    def _existing(self, t: ResourceType, ref: ObjectRef) -> dict[str, Any]:
+        """The stored object `ref`, or a 404 NotFound as the API server answers a write to a missing one."""
+        current = self.store.get(ref.group_resource, ref.namespace, ref.name)
+        if current is None:
+            raise not_found(t.group_resource, ref.name)
+        return current
+
     async def _update(self, request: Request, t: ResourceType, ref: ObjectRef, params: Mapping[str, str],
                       user: str) -> Response:
         body = _object_body(await request.body(), t)
         _check_identity(body, t, ref)
 
         def op() -> dict[str, Any]:
-            current = self.store.get(ref.group_resource, ref.namespace, ref.name)
-            if current is None:
-                raise not_found(t.group_resource, ref.name)
+            current = self._existing(t, ref)
             self._preserve(t, body, current)
             return self.store.update(body, user=user, dry_run=_dry_run(params))
 
@@ -901,9 +906,7 @@ class StandIn:
         patch = _json_body(await request.body())
 
         def op() -> dict[str, Any]:
-            current = self.store.get(ref.group_resource, ref.namespace, ref.name)
-            if current is None:
-                raise not_found(t.group_resource, ref.name)
+            current = self._existing(t, ref)
             try:
                 new = apply(current, patch)
             except PatchError as exc:
@@ -973,9 +976,7 @@ class StandIn:
         _check_identity(body, t, ref)
 
         def op() -> dict[str, Any]:
-            current = self.store.get(ref.group_resource, ref.namespace, ref.name)
-            if current is None:
-                raise not_found(t.group_resource, ref.name)
+            current = self._existing(t, ref)
             return self._write_status(t, ref, body, current, params)
 
         obj, _ = await self._mutate(op)
@@ -1007,9 +1008,7 @@ class StandIn:
         options = _delete_options(await request.body(), params)
 
         def op() -> DeleteResult:
-            current = self.store.get(ref.group_resource, ref.namespace, ref.name)
-            if current is None:
-                raise not_found(t.group_resource, ref.name)
+            current = self._existing(t, ref)
             rv = options["resource_version"]
             if rv is not None and rv != current["metadata"].get("resourceVersion"):
                 raise APIError(409, "Conflict", f"Operation cannot be fulfilled on {t.group_resource} "
