@@ -21,6 +21,7 @@ import base64
 import binascii
 import copy
 import sys
+import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -225,9 +226,20 @@ def _find(objects: Sequence[MutableMapping[str, Any]], kind: str, name: str) -> 
     raise MalformedManifest("", f"the install has no {kind} {name!r}")
 
 
+# What runs the gate inside the cluster: left out when the gate runs elsewhere (`--webhook-url`).
+IN_CLUSTER_KINDS = frozenset({"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"})
+
+
 def render_install(*, ca_pem: bytes, serving: certs.KeyPair | None = None, image: str | None = None,
-                   replicas: int | None = None, deploy_dir: Path | None = None) -> list[dict[str, Any]]:
-    """The install's objects with every webhook's caBundle set, optionally the serving Secret added."""
+                   replicas: int | None = None, webhook_url: str | None = None,
+                   deploy_dir: Path | None = None) -> list[dict[str, Any]]:
+    """The install's objects with every webhook's caBundle set, optionally the serving Secret added.
+
+    With `webhook_url` (https://host:port) the gate runs outside the cluster: every webhook calls
+    that URL (plus its own path) instead of the in-cluster Service, and the objects that would run
+    the gate in the cluster (Deployment, Service, PodDisruptionBudget, NetworkPolicy, serving Secret) are left out.
+    The ServiceAccount and its RBAC stay: the gate outside authenticates with that account's token.
+    """
     objects = copy.deepcopy(build(deploy_dir or find_deploy_dir()))
     bundle = base64.b64encode(ca_pem).decode("ascii")
     configs = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
@@ -235,7 +247,15 @@ def render_install(*, ca_pem: bytes, serving: certs.KeyPair | None = None, image
     if not webhooks:
         raise MalformedManifest("", "the install has no ValidatingWebhookConfiguration webhooks")
     for webhook in webhooks:
-        webhook.setdefault("clientConfig", {})["caBundle"] = bundle
+        client_config = webhook.setdefault("clientConfig", {})
+        client_config["caBundle"] = bundle
+        if webhook_url is not None:
+            path = (client_config.pop("service", None) or {}).get("path", "/validate")
+            client_config["url"] = _webhook_url(webhook_url) + path
+    if webhook_url is not None:
+        if image is not None or replicas is not None:
+            raise InvalidInput("--webhook-url", "runs the gate outside the cluster: --image and --replicas do not apply")
+        return sort_objects(o for o in objects if o["kind"] not in IN_CLUSTER_KINDS)
 
     deployment = _find(objects, "Deployment", DEPLOYMENT_NAME)
     pod = deployment["spec"]["template"]["spec"]
@@ -258,3 +278,11 @@ def render_install(*, ca_pem: bytes, serving: certs.KeyPair | None = None, image
             name=volume["secret"]["secretName"], namespace=deployment["metadata"]["namespace"], ca_pem=ca_pem,
             cert_pem=certs.cert_pem(serving.cert), key_pem=certs.key_pem(serving.key)))
     return sort_objects(objects)
+
+
+def _webhook_url(value: str) -> str:
+    """`https://host:port` without a trailing slash; the API server calls webhooks only over HTTPS."""
+    parsed = urllib.parse.urlsplit(value)
+    if parsed.scheme != "https" or not parsed.hostname or parsed.query or parsed.fragment or parsed.username:
+        raise InvalidInput("--webhook-url", f"{value!r}: expected https://HOST[:PORT], the gate's address")
+    return value.rstrip("/")

@@ -5,8 +5,14 @@ fewer examples), `big` (deep runs: `nox -s scenarios -- --big`). HYPOTHESIS_PROF
 """
 
 import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    from tests.realcluster.cluster import RealCluster
 
 settings.register_profile(
     "ci", derandomize=True, deadline=None, print_blob=True,
@@ -17,3 +23,35 @@ settings.register_profile(
     "big", deadline=None, max_examples=5000, suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+# --- the real control plane (tests marked `realcluster`) ---------------------------------------------
+
+@pytest.fixture(scope="session")
+def realcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """kube-apiserver, kube-controller-manager and etcd built from the Kubernetes Go modules, with the
+    gate installed as a user installs it; one per test session. Skips, saying what is missing, when
+    the binaries cannot be built here (no Go toolchain)."""
+    from tests.realcluster import build
+    from tests.realcluster.cluster import real_cluster
+
+    minor = build.selected_minor()
+    binaries = build.cached(minor)
+    if binaries is None:
+        reason = build.missing_toolchain()
+        if reason is not None:
+            pytest.skip(reason)
+        binaries = build.ensure_built(minor)
+    with real_cluster(binaries, tmp_path_factory.mktemp("realcluster")) as cluster:
+        yield cluster
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failing realcluster test carries the tails of the control plane's and the gate's logs."""
+    report = yield
+    if report.failed and "realcluster" in getattr(item, "fixturenames", ()):
+        cluster = item.funcargs.get("realcluster") if hasattr(item, "funcargs") else None
+        if cluster is not None:
+            report.sections.append(("realcluster logs", cluster.logs()))
+    return report

@@ -1,0 +1,68 @@
+"""A small synchronous Kubernetes client for the tests, on httpx: raw paths, plain JSON, every answer kept.
+
+The tests need what a user's client sees (status codes, `Warning` headers, the Status body of a
+denial), so nothing is hidden behind generated models. Used against both the real API server and
+the stand-in (`serve --embedded`), with whichever credentials the kubeconfig carries.
+"""
+
+from __future__ import annotations
+
+import base64
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+JSON = dict[str, Any]
+
+
+class Client:
+    def __init__(self, kubeconfig: Path) -> None:
+        config = yaml.safe_load(kubeconfig.read_text())
+        cluster = config["clusters"][0]["cluster"]
+        user = config["users"][0]["user"] or {}
+        self.base_url: str = cluster["server"]
+        verify: Any = True
+        if "certificate-authority-data" in cluster:
+            ca = tempfile.NamedTemporaryFile(prefix="ca-", suffix=".crt", delete=False)  # noqa: SIM115
+            ca.write(base64.b64decode(cluster["certificate-authority-data"]))
+            ca.close()
+            verify = ca.name
+        elif cluster.get("insecure-skip-tls-verify"):
+            verify = False
+        headers = {"Authorization": f"Bearer {user['token']}"} if "token" in user else {}
+        cert = (user["client-certificate"], user["client-key"]) if "client-certificate" in user else None
+        self.http = httpx.Client(base_url=self.base_url, verify=verify, cert=cert, headers=headers, timeout=30,
+                                 trust_env=False)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return self.http.request(method, path, **kwargs)
+
+    def get(self, path: str) -> JSON | None:
+        """The object at `path`, or None when it does not exist (404)."""
+        response = self.http.get(path)
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        body: JSON = response.json()
+        return body
+
+    def exists(self, path: str) -> bool:
+        return self.get(path) is not None
+
+    def create(self, path: str, body: JSON) -> httpx.Response:
+        return self.http.post(path, json=body)
+
+    def delete(self, path: str, *, body: JSON | None = None, params: dict[str, str] | None = None) -> httpx.Response:
+        return self.http.request("DELETE", path, json=body, params=params)
+
+    def merge_patch(self, path: str, patch: JSON) -> httpx.Response:
+        return self.http.patch(path, json=patch, headers={"Content-Type": "application/merge-patch+json"})
+
+    def json_patch(self, path: str, patch: list[JSON]) -> httpx.Response:
+        return self.http.patch(path, json=patch, headers={"Content-Type": "application/json-patch+json"})

@@ -1,0 +1,131 @@
+"""The gate installed on the real control plane as a user installs it, running outside the cluster.
+
+    criticalsvc certs --out DIR --san 127.0.0.1
+    criticalsvc manifests --ca-bundle-from DIR --webhook-url https://127.0.0.1:PORT | kubectl apply -f -
+    kubectl create token criticalsvc -n criticalsvc-system     -> a kubeconfig with that token
+    criticalsvc serve --kubeconfig ... --tls-cert DIR/tls.crt --tls-key DIR/tls.key --listen 127.0.0.1:PORT
+
+The CRD, the ServiceAccount, the shipped least-privilege RBAC and the webhook configuration are the
+ones `criticalsvc manifests` prints; the gate authenticates with its ServiceAccount's token, so every
+read and write it makes is checked by the real RBAC authorizer. Each `GateProcess` is one
+`criticalsvc serve` replica (its own log, its own ops port), started and stopped by the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import httpx
+
+from .controlplane import ControlPlane, ControlPlaneError, Process, free_port, poll, write_kubeconfig
+
+GATE_NAMESPACE = "criticalsvc-system"
+SERVICE_ACCOUNT = "criticalsvc"
+TOKEN_DURATION = "48h"
+READY_TIMEOUT = 60.0
+
+
+def criticalsvc(*args: str, input: str | None = None) -> str:
+    """Run the CLI as a user would; its stdout (raises with stderr on failure)."""
+    done = subprocess.run([sys.executable, "-m", "criticalsvc", *args], capture_output=True, text=True, input=input,
+                          check=False, timeout=120)
+    if done.returncode != 0:
+        raise ControlPlaneError(f"criticalsvc {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout
+
+
+@attrs.define
+class GateProcess:
+    """One `criticalsvc serve` replica in live mode."""
+
+    process: Process
+    port_file: Path
+    ops_url: str = ""
+
+    def start(self, *, timeout: float = READY_TIMEOUT) -> GateProcess:
+        self.port_file.unlink(missing_ok=True)
+        self.process.start()
+        poll(self.port_file.exists, timeout=timeout, what=f"{self.process.name} to listen",
+             alive=self.process.check_alive, interval=0.05)
+        ports = json.loads(self.port_file.read_text())
+        self.ops_url = f"http://127.0.0.1:{ports['ops_listen']}"
+        poll(self.ready, timeout=timeout, what=f"{self.process.name} /readyz", alive=self.process.check_alive)
+        return self
+
+    def ready(self) -> bool:
+        return httpx.get(f"{self.ops_url}/readyz", timeout=2).status_code == 200
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.ops_url}/metrics", timeout=5).text
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def kill(self) -> None:
+        self.process.stop(grace=0)
+
+
+@attrs.define
+class InstalledGate:
+    """The install (certificates, manifests, token) and the replicas serving it."""
+
+    plane: ControlPlane
+    directory: Path
+    port: int
+    kubeconfig: Path
+    certs: Path
+    replicas: list[GateProcess] = attrs.field(factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def replica(self, index: int = 0, *, extra_args: tuple[str, ...] = ()) -> GateProcess:
+        name = f"gate-{index}"
+        return GateProcess(Process(name, [
+            sys.executable, "-m", "criticalsvc", "serve", "--kubeconfig", str(self.kubeconfig),
+            "--tls-cert", str(self.certs / "tls.crt"), "--tls-key", str(self.certs / "tls.key"),
+            "--listen", f"127.0.0.1:{self.port}", "--ops-listen", "127.0.0.1:0",
+            "--port-file", str(self.directory / f"{name}.ports.json"), "--identity", name,
+            "--lease-namespace", GATE_NAMESPACE, "--log-level", "info", *extra_args,
+        ], self.directory / f"{name}.log"), self.directory / f"{name}.ports.json")
+
+    def start(self) -> GateProcess:
+        gate = self.replica(len(self.replicas)).start()
+        self.replicas.append(gate)
+        return gate
+
+    def stop(self) -> None:
+        for gate in self.replicas:
+            gate.stop()
+
+    def restart(self) -> GateProcess:
+        self.stop()
+        self.replicas.clear()
+        return self.start()
+
+    def logs(self, lines: int = 60) -> str:
+        return "\n".join(f"--- {g.process.name} ({g.process.log_path}) ---\n{g.process.tail(lines)}"
+                         for g in self.replicas)
+
+
+def install(plane: ControlPlane, directory: Path) -> InstalledGate:
+    """Apply the install with the webhooks pointed at a loopback port, and mint the gate's token."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_dir = directory / "certs"
+    criticalsvc("certs", "--out", str(cert_dir), "--san", "127.0.0.1")
+    port = free_port()
+    manifests = criticalsvc("manifests", "--ca-bundle-from", str(cert_dir), "--webhook-url", f"https://127.0.0.1:{port}")
+    applied = plane.kubectl("apply", "-f", "-", input=manifests)
+    if applied.returncode != 0:
+        raise ControlPlaneError(f"kubectl apply of the install failed: {applied.stderr.strip()}")
+    token = plane.kubectl("create", "token", SERVICE_ACCOUNT, "-n", GATE_NAMESPACE, "--duration", TOKEN_DURATION)
+    if token.returncode != 0:
+        raise ControlPlaneError(f"kubectl create token failed: {token.stderr.strip()}")
+    kubeconfig = write_kubeconfig(directory / "gate.kubeconfig", server=plane.url, ca_cert=plane.pki.ca_cert,
+                                  name="criticalsvc-gate", user={"token": token.stdout.strip()})
+    return InstalledGate(plane, directory, port, kubeconfig, cert_dir)

@@ -1,0 +1,248 @@
+"""The reference story on a live cluster: its objects, its finalizer controller, deleters, and an observer.
+
+- `Story`: the reference story's manifests with every name made unique by a suffix, so scenarios
+  never meet each other's leftovers on a shared control plane; the paths of its objects.
+- `FinalizerController`: the provider's job, played by a thread. While the provider Deployment
+  exists it removes the story's finalizer from every CR being deleted, as the real controller would
+  while its pods run; once the Deployment is gone nothing removes it (the stuck teardown the gate
+  prevents).
+- `RetryingDeleter`: a ManifestWork-style deleter. It sends a DELETE for every object of the bundle,
+  then re-sends the refused ones every `interval` until every object is gone, as the OCM work agent
+  requeues a ManifestWork whose deletion failed.
+- `Observer`: polls every object's existence in rounds; `order_violations()` lists each pair where
+  a provider was seen gone while something it protects was seen alive in a later round.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+
+from .client import Client
+
+ROOT = Path(__file__).resolve().parents[2]
+STORY = ROOT / "api" / "examples" / "reference-story.yaml"
+FINALIZER = "my.crd.group/super-important"
+# Names that a suffix makes unique (the CRD group is in the CRD's name and in the finalizer's).
+_RENAMED = ("finalizer-namespace", "finalizer-deployment", "cool-apps", "my.crd.group")
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    """The REST path of a manifest's object (every kind in the stories pluralizes with an `s`)."""
+    api_version, kind = obj["apiVersion"], obj["kind"]
+    base = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+    namespace = obj["metadata"].get("namespace")
+    middle = f"/namespaces/{namespace}" if namespace else ""
+    return f"{base}{middle}/{kind.lower()}s/{obj['metadata']['name']}"
+
+
+@attrs.frozen
+class Story:
+    suffix: str
+    text: str
+
+    @classmethod
+    def make(cls, suffix: str) -> Story:
+        text = STORY.read_text()
+        for name in _RENAMED:
+            text = text.replace(name, _rename(name, suffix))
+        return cls(suffix, text)
+
+    def name(self, original: str) -> str:
+        return _rename(original, self.suffix)
+
+    @property
+    def objects(self) -> list[dict[str, Any]]:
+        return [d for d in yaml.safe_load_all(self.text) if d]
+
+    @property
+    def group(self) -> str:
+        return self.name("my.crd.group")
+
+    @property
+    def finalizer(self) -> str:
+        return f"{self.group}/super-important"
+
+    @property
+    def crd_name(self) -> str:
+        return f"coolresources.{self.group}"
+
+    @property
+    def namespace(self) -> str:
+        return self.name("finalizer-namespace")
+
+    @property
+    def cr_namespace(self) -> str:
+        return self.name("cool-apps")
+
+    @property
+    def deployment_path(self) -> str:
+        return f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{self.name('finalizer-deployment')}"
+
+    @property
+    def critical_service(self) -> str:
+        return self.name("for-finalizer-deployment")
+
+    def paths(self) -> dict[str, str]:
+        """kind/name -> REST path, for every object of the story."""
+        return {f"{o['kind']}/{o['metadata']['name']}": object_path(o) for o in self.objects}
+
+    def reader_role(self) -> str:
+        """The aggregated ClusterRole a user adds so the gate may read the story's custom resources."""
+        return yaml.safe_dump({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": f"criticalsvc-read-{self.group}",
+                         "labels": {"criticalsvc.io/aggregate-to-reader": "true"}},
+            "rules": [{"apiGroups": [self.group], "resources": ["coolresources"], "verbs": ["get", "list", "watch"]}],
+        })
+
+    def dependents(self) -> dict[str, list[str]]:
+        """provider key -> keys of what must be gone first (the design's safe order)."""
+        keys = list(self.paths())
+        crs = [k for k in keys if k.startswith("CoolResource/")]
+        crd = f"CustomResourceDefinition/{self.crd_name}"
+        deployment = f"Deployment/{self.name('finalizer-deployment')}"
+        namespace = f"Namespace/{self.namespace}"
+        everything_else = [k for k in keys if not k.startswith("CriticalService/")]
+        return {deployment: [*crs, crd], namespace: [*crs, crd, deployment],
+                f"CriticalService/{self.critical_service}": everything_else}
+
+
+def _rename(name: str, suffix: str) -> str:
+    if name == "my.crd.group":
+        return f"my-{suffix}.crd.group"
+    return f"{name}-{suffix}"
+
+
+class FinalizerController(threading.Thread):
+    """Removes `finalizer` from deleting CRs of `crs_path` while the Deployment at `deployment_path` exists."""
+
+    def __init__(self, client: Client, *, deployment_path: str, crs_path: str, finalizer: str,
+                 interval: float = 0.2) -> None:
+        super().__init__(daemon=True, name="finalizer-controller")
+        self.client, self.deployment_path, self.crs_path = client, deployment_path, crs_path
+        self.finalizer, self.interval = finalizer, interval
+        self.stopping = threading.Event()
+        self.removed: list[str] = []
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            try:
+                if not self.client.exists(self.deployment_path):
+                    continue  # no pods, no controller: nothing removes the finalizer now
+                listing = self.client.get(self.crs_path)
+            except Exception:  # noqa: BLE001 - a controller keeps going through API errors
+                continue
+            for item in (listing or {}).get("items", []):
+                meta = item["metadata"]
+                if meta.get("deletionTimestamp") and self.finalizer in (meta.get("finalizers") or []):
+                    kept = [f for f in meta["finalizers"] if f != self.finalizer]
+                    path = f"{self.crs_path.rsplit('/coolresources', 1)[0]}/namespaces/{meta['namespace']}/coolresources/{meta['name']}"
+                    patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+                             {"op": "replace", "path": "/metadata/finalizers", "value": kept}]
+                    if self.client.json_patch(path, patch).status_code == 200:
+                        self.removed.append(meta["name"])
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(10)
+
+
+@attrs.define
+class DeleteAttempt:
+    key: str
+    status: int
+    message: str
+    at: float
+
+
+class RetryingDeleter:
+    """Deletes every path, re-sending refused DELETEs every `interval` s until all are gone."""
+
+    def __init__(self, client: Client, paths: dict[str, str], *, interval: float = 0.5,
+                 propagation: str = "Background") -> None:
+        self.client, self.paths, self.interval, self.propagation = client, paths, interval, propagation
+        self.attempts: list[DeleteAttempt] = []
+
+    def run(self, *, timeout: float) -> bool:
+        """True when everything is gone within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        pending = dict(self.paths)
+        while pending and time.monotonic() < deadline:
+            for key, path in list(pending.items()):
+                response = self.client.delete(path, body={"kind": "DeleteOptions", "apiVersion": "v1",
+                                                          "propagationPolicy": self.propagation})
+                message = response.json().get("message", "") if response.status_code >= 400 else ""
+                self.attempts.append(DeleteAttempt(key, response.status_code, message, time.monotonic()))
+                if response.status_code == 404 or not self.client.exists(path):
+                    del pending[key]
+            if pending:
+                time.sleep(self.interval)
+        return not pending
+
+    def refused(self) -> list[DeleteAttempt]:
+        return [a for a in self.attempts if a.status == 403]
+
+
+class Observer(threading.Thread):
+    """Records, per object, the last round it was seen alive and the first round it was seen gone."""
+
+    def __init__(self, client: Client, paths: dict[str, str], *, interval: float = 0.1) -> None:
+        super().__init__(daemon=True, name="observer")
+        self.client, self.paths, self.interval = client, paths, interval
+        self.last_alive: dict[str, int] = {}
+        self.first_gone: dict[str, int] = {}
+        self.gone_at: dict[str, float] = {}
+        self.rounds = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.rounds += 1
+            for key, path in self.paths.items():
+                try:
+                    alive = self.client.exists(path)
+                except Exception:  # noqa: BLE001 - an unanswered poll tells nothing; skip it
+                    continue
+                if alive:
+                    self.last_alive[key] = self.rounds
+                else:
+                    self.first_gone.setdefault(key, self.rounds)
+                    self.gone_at.setdefault(key, time.monotonic())
+            self.stopping.wait(self.interval)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(10)
+
+    def order_violations(self, dependents: dict[str, Sequence[str]]) -> list[str]:
+        """Each (provider, dependent) where the provider was seen gone before the dependent was last seen alive."""
+        found = []
+        for provider, needs in dependents.items():
+            gone = self.first_gone.get(provider)
+            for dependent in needs:
+                if gone is not None and self.last_alive.get(dependent, 0) > gone:
+                    found.append(f"{provider} gone in round {gone}, {dependent} still alive in round "
+                                 f"{self.last_alive[dependent]}")
+        return found
+
+    def order(self) -> list[str]:
+        return sorted(self.first_gone, key=lambda k: self.first_gone[k])
+
+
+def wait_for(check: Any, *, timeout: float, what: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def all_gone(client: Client, paths: Iterable[str]) -> bool:
+    return not any(client.exists(p) for p in paths)
