@@ -4,6 +4,8 @@ Profiles: `ci` (derandomized, no deadline: deterministic on a noisy 2-core machi
 fewer examples), `big` (deep runs: `nox -s scenarios -- --big`). HYPOTHESIS_PROFILE selects one.
 """
 
+from __future__ import annotations
+
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any

@@ -8,7 +8,7 @@ the stand-in (`serve --embedded`), with whichever credentials the kubeconfig car
 from __future__ import annotations
 
 import base64
-import tempfile
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +26,14 @@ class Client:
         self.base_url: str = cluster["server"]
         verify: Any = True
         if "certificate-authority-data" in cluster:
-            ca = tempfile.NamedTemporaryFile(prefix="ca-", suffix=".crt", delete=False)  # noqa: SIM115
-            ca.write(base64.b64decode(cluster["certificate-authority-data"]))
-            ca.close()
-            verify = ca.name
+            verify = ssl.create_default_context(
+                cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
         elif cluster.get("insecure-skip-tls-verify"):
             verify = False
+        if "client-certificate" in user and isinstance(verify, ssl.SSLContext):
+            verify.load_cert_chain(user["client-certificate"], user["client-key"])
         headers = {"Authorization": f"Bearer {user['token']}"} if "token" in user else {}
-        cert = (user["client-certificate"], user["client-key"]) if "client-certificate" in user else None
-        self.http = httpx.Client(base_url=self.base_url, verify=verify, cert=cert, headers=headers, timeout=30,
+        self.http = httpx.Client(base_url=self.base_url, verify=verify, headers=headers, timeout=30,
                                  trust_env=False)
 
     def close(self) -> None:
