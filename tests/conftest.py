@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 if TYPE_CHECKING:
+    from tests.backends import Backend
     from tests.realcluster.cluster import RealCluster
 
 settings.register_profile(
@@ -57,3 +59,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if cluster is not None:
             report.sections.append(("realcluster logs", cluster.logs()))
     return report
+
+
+@pytest.fixture(params=["standin", pytest.param("real", marks=pytest.mark.realcluster)])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """The test runs once on the stand-in (a fresh `serve --embedded`) and once on the real control
+    plane (the session's; tests use unique names there)."""
+    from tests.backends import Embedded, RealBackend, StandInBackend
+
+    if request.param == "real":
+        yield RealBackend(request.getfixturevalue("realcluster"))
+        return
+    embedded = Embedded(tmp_path)
+    backend = StandInBackend(embedded, tmp_path)
+    try:
+        yield backend
+    finally:
+        backend.admin.close()
+        code, _ = embedded.stop()
+        embedded.log.close()
+        assert code == 0, "serve --embedded did not shut down cleanly within 10 s of SIGTERM"

@@ -22,57 +22,11 @@ import pytest
 from criticalsvc.api import ObjectRef
 from criticalsvc.manifests import load_path
 from criticalsvc.snapshot import build_state
+from tests.backends import Embedded
 
 pytestmark = pytest.mark.e2e
 
 STORY = Path("api/examples/reference-story.yaml").resolve()
-
-
-class Embedded:
-    def __init__(self, tmp: Path) -> None:
-        self.kubeconfig = tmp / "kubeconfig"
-        ports_file = tmp / "ports.json"
-        self.log = (tmp / "serve.log").open("w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "criticalsvc", "serve", "--embedded", "--kubeconfig-out", str(self.kubeconfig),
-             "--port-file", str(ports_file), "--log-level", "warning"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while not ports_file.exists():  # readiness is polled, never slept for
-            assert self.proc.poll() is None, self.output()
-            assert time.monotonic() < deadline, "serve --embedded did not start"
-            time.sleep(0.05)
-        ports = json.loads(ports_file.read_text())
-        self.api = f"http://127.0.0.1:{ports['embedded']}"
-        self.ops = f"http://127.0.0.1:{ports['ops_listen']}"
-        while True:
-            try:
-                if httpx.get(f"{self.ops}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"the gate never became ready:\n{self.output()}"
-            time.sleep(0.05)
-
-    def output(self) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self, within: float = 10.0) -> tuple[int | None, float]:
-        """SIGTERM, then poll for the exit: (exit code or None if still running after `within` s, seconds taken)."""
-        if self.proc.poll() is not None:
-            return self.proc.returncode, 0.0
-        self.proc.send_signal(signal.SIGTERM)
-        start = time.monotonic()
-        try:
-            while self.proc.poll() is None and time.monotonic() - start < within:
-                time.sleep(0.05)
-            return self.proc.poll(), time.monotonic() - start
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture

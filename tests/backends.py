@@ -1,0 +1,151 @@
+"""The clusters the API-behaviour tests run against, behind one interface: the stand-in
+(`criticalsvc serve --embedded`: the simulated control plane behind the HTTP API stand-in, the gate
+registered on it) and the real control plane (tests/realcluster). The `cluster` fixture in
+conftest.py runs a test once on each, so a place where the stand-in departs from the real API
+server fails a test instead of hiding a gate bug or a stand-in gap.
+
+Both run the same kubectl: the one built with the real control plane when it is in the build cache
+(so both backends meet the same client version), else the one on PATH.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from tests.realcluster import build
+from tests.realcluster.client import Client
+from tests.realcluster.teardown import FinalizerController, Story
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Embedded:
+    def __init__(self, tmp: Path) -> None:
+        self.kubeconfig = tmp / "kubeconfig"
+        ports_file = tmp / "ports.json"
+        self.log = (tmp / "serve.log").open("w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "criticalsvc", "serve", "--embedded", "--kubeconfig-out", str(self.kubeconfig),
+             "--port-file", str(ports_file), "--log-level", "warning"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not ports_file.exists():  # readiness is polled, never slept for
+            assert self.proc.poll() is None, self.output()
+            assert time.monotonic() < deadline, "serve --embedded did not start"
+            time.sleep(0.05)
+        ports = json.loads(ports_file.read_text())
+        self.api = f"http://127.0.0.1:{ports['embedded']}"
+        self.ops = f"http://127.0.0.1:{ports['ops_listen']}"
+        while True:
+            try:
+                if httpx.get(f"{self.ops}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, f"the gate never became ready:\n{self.output()}"
+            time.sleep(0.05)
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self, within: float = 10.0) -> tuple[int | None, float]:
+        """SIGTERM, then poll for the exit: (exit code or None if still running after `within` s, seconds taken)."""
+        if self.proc.poll() is not None:
+            return self.proc.returncode, 0.0
+        self.proc.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        try:
+            while self.proc.poll() is None and time.monotonic() - start < within:
+                time.sleep(0.05)
+            return self.proc.poll(), time.monotonic() - start
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+
+
+def kubectl_binary() -> str | None:
+    """The built kubectl of the selected Kubernetes version if cached, else the one on PATH."""
+    binaries = build.cached(build.selected_minor())
+    return str(binaries.kubectl) if binaries is not None else shutil.which("kubectl")
+
+
+class Backend(Protocol):
+    name: str
+    kubeconfig: Path
+    admin: Client
+
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]: ...
+
+    def finalizer_controller(self, story: Story) -> contextlib.AbstractContextManager[Any]: ...
+
+    def gate_log(self) -> str: ...
+
+
+class StandInBackend:
+    """`serve --embedded`: its simulated finalizer controllers already run every provider's finalizer."""
+
+    name = "standin"
+
+    def __init__(self, embedded: Embedded, home: Path) -> None:
+        self.embedded = embedded
+        self.kubeconfig = embedded.kubeconfig
+        self.admin = Client(embedded.kubeconfig)
+        self.home = home
+
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        binary = kubectl_binary()
+        assert binary is not None, "no kubectl"
+        env = {**os.environ, "HOME": str(self.home), "KUBECONFIG": str(self.kubeconfig)}
+        return subprocess.run([binary, "--cache-dir", str(self.home / "kubectl-cache"), *args], cwd=ROOT, env=env,
+                              input=input, capture_output=True, text=True, timeout=timeout, check=False)
+
+    @contextlib.contextmanager
+    def finalizer_controller(self, story: Story) -> Iterator[None]:
+        yield
+
+    def gate_log(self) -> str:
+        return self.embedded.output()
+
+
+class RealBackend:
+    """The session's real control plane; the provider's finalizer controller is a test thread."""
+
+    name = "real"
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.kubeconfig: Path = cluster.kubeconfig
+        self.admin: Client = cluster.admin
+
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        result: subprocess.CompletedProcess[str] = self.cluster.plane.kubectl(*args, input=input, timeout=timeout)
+        return result
+
+    @contextlib.contextmanager
+    def finalizer_controller(self, story: Story) -> Iterator[FinalizerController]:
+        controller = FinalizerController(self.admin, deployment_path=story.deployment_path,
+                                         crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
+        controller.start()
+        try:
+            yield controller
+        finally:
+            controller.stop()
+
+    def gate_log(self) -> str:
+        return "\n".join(g.process.log_path.read_text() for g in self.cluster.gate.replicas)
