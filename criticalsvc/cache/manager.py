@@ -25,7 +25,11 @@ type may not be watched yet: the check then sees that provider without labels, s
 only by a label selector matching the provider's own labels is caught at the next update instead.
 
 `ready` is true when discovery has completed and every needed reflector has synced: it goes false
-again while a newly named resource syncs (usually milliseconds). The object shape fits the server's
+again while a newly named resource syncs (usually milliseconds). One exception: a resource the
+gate's RBAC does not let it list (403) does not hold readiness back. That is a configuration gap,
+not a passing state, and on a real cluster it made every gated DELETE of the whole cluster fail
+with "failed calling webhook" because one CriticalService named a type nobody had granted. Only the
+decisions that need that resource are refused, with a message naming the missing grant. The object shape fits the server's
 StateSource (`ready`, `state`, `unsynced()`, `counts()`) and the status writer's; `watch_restarts`
 and `on_watch_restart` feed criticalsvc_watch_restarts_total.
 
@@ -62,6 +66,9 @@ from .transport import APIError, Transport
 log = structlog.get_logger("criticalsvc.cache")
 
 ALWAYS_WATCHED = (CRITICAL_SERVICES, NAMESPACES, CRDS)
+# The label of deploy/base/rbac.yaml's aggregated reader role: what an operator adds to let the gate
+# read a type a criterion names.
+READER_AGGREGATION_LABEL = "criticalsvc.io/aggregate-to-reader"
 # Aggregated APIs appear and vanish without a CRD event; 5 min bounds how long such a change goes
 # unseen (kubectl's discovery cache lives 6 h; we can afford to be much fresher).
 DISCOVERY_INTERVAL = 300.0
@@ -175,7 +182,12 @@ class CacheState:
     def ready(self) -> bool:
         if self._discovered is None or self._discovery_task is None:
             return False
-        return all(r.synced.is_set() for r in self._reflectors.values())
+        return all(r.synced.is_set() or (r.forbidden and gr not in ALWAYS_WATCHED)
+                   for gr, r in self._reflectors.items())
+
+    def forbidden(self) -> list[str]:
+        """Resources some CriticalService names that the gate's RBAC does not let it list."""
+        return sorted(str(gr) for gr, r in self._reflectors.items() if r.forbidden and not r.synced.is_set())
 
     def unsynced(self) -> list[str]:
         """What keeps the state from being ready, for /readyz and logs."""
@@ -402,6 +414,9 @@ class CacheState:
         self._require_discovery()
         reflector = self._reflectors.get(gr)
         if reflector is not None and not reflector.synced.is_set():
+            if reflector.forbidden:
+                raise StateUnavailable(f"the gate may not list {gr} (403 Forbidden): grant it get/list/watch with a "
+                                       f"ClusterRole labelled {READER_AGGREGATION_LABEL}=\"true\"")
             why = f" (last error: {reflector.last_error})" if reflector.last_error else ""
             raise StateUnavailable(f"the {gr} cache has not synced yet{why}")
 

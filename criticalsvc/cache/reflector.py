@@ -141,6 +141,7 @@ class Reflector:
         # True while a watch stream is open (the server has accepted it): for diagnostics and tests.
         self.watching = False
         self.last_error: str | None = None
+        self.forbidden = False  # the last LIST or WATCH was refused with 403 Forbidden
         self._task: asyncio.Task[None] | None = None
         self._failures = 0
         self._gones = 0
@@ -177,6 +178,9 @@ class Reflector:
             except _Gone:
                 delay = self._gone("410 Gone: resourceVersion too old, listing again")
             except APIStatusError as exc:
+                # 403: the gate's RBAC does not cover this type (a criterion names a type nobody granted
+                # it); that is configuration, not a passing fault, and the cache manager says so.
+                self.forbidden = exc.code == 403
                 delay = self._gone(f"410 Gone: {exc.message}") if exc.gone else self._failed(str(exc))
             except APIError as exc:
                 delay = self._failed(str(exc))
@@ -233,6 +237,7 @@ class Reflector:
         self.resource_version = resource_version
         self.lists += 1
         self._failures = 0
+        self.forbidden = False
         if not self.synced.is_set():
             self.synced.set()
             if self.on_synced is not None:

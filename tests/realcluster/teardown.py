@@ -117,6 +117,8 @@ class Story:
 
 
 def _rename(name: str, suffix: str) -> str:
+    if not suffix:
+        return name  # the story as shipped
     if name == "my.crd.group":
         return f"my-{suffix}.crd.group"
     return f"{name}-{suffix}"

@@ -1,0 +1,87 @@
+"""`python -m tests.realcluster build|up`: the real control plane for people (`nox -s realcluster -- ...`).
+
+    build [--kubernetes 1.37|1.34]          build the binaries into the cache (once per version)
+    up [--kubeconfig-out PATH] [--kubernetes 1.37|1.34] [--replicas N] [--dir DIR]
+                                            start etcd, kube-apiserver, kube-controller-manager and
+                                            the gate (installed as a user installs it); run until Ctrl-C
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from . import build
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.realcluster", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("build", "up"):
+        p = sub.add_parser(name)
+        p.add_argument("--kubernetes", choices=sorted(build.KUBERNETES_VERSIONS), default=build.selected_minor(),
+                       help="Kubernetes minor (default: $CRITICALSVC_KUBERNETES or %(default)s)")
+        if name == "up":
+            p.add_argument("--kubeconfig-out", type=Path, default=Path("realcluster.kubeconfig"),
+                           help="write the admin kubeconfig here (default: %(default)s)")
+            p.add_argument("--replicas", type=int, default=1, help="gate replicas (default: %(default)s)")
+            p.add_argument("--dir", type=Path, help="keep the run's files (logs, etcd, certificates) here")
+    args = parser.parse_args(argv)
+    reason = build.missing_toolchain() if build.cached(args.kubernetes) is None else None
+    if reason is not None:
+        print(f"realcluster: {reason}", file=sys.stderr)
+        return 2
+    binaries = build.ensure_built(args.kubernetes)
+    if args.command == "build":
+        print(binaries.kube_apiserver.parent)
+        return 0
+    return _up(binaries, args)
+
+
+def _up(binaries: build.Binaries, args: argparse.Namespace) -> int:
+    from .cluster import real_cluster
+    from .teardown import FinalizerController, Story
+
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="criticalsvc-realcluster-"))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"starting Kubernetes {binaries.kubernetes_version} in {directory} ...", file=sys.stderr)
+    with real_cluster(binaries, directory, replicas=args.replicas) as cluster:
+        args.kubeconfig_out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cluster.kubeconfig, args.kubeconfig_out)
+        os.chmod(args.kubeconfig_out, 0o600)
+        kubectl = binaries.kubectl
+        # The reference story's provider, played while its Deployment exists (no kubelet runs its pods).
+        story = Story.make("")
+        controller = FinalizerController(cluster.admin, deployment_path=story.deployment_path,
+                                         crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
+        controller.start()
+        print(f"""
+Kubernetes {binaries.kubernetes_version} is up at {cluster.plane.url}, with the gate installed
+(webhooks -> {cluster.gate.url}/validate; {len(cluster.gate.replicas)} replica(s), logs in {cluster.gate.directory}).
+
+  export KUBECONFIG={args.kubeconfig_out.resolve()}
+  alias kubectl={kubectl}
+  kubectl apply -f api/examples/reference-story.yaml     # twice: the CRs need their CRD first
+  kubectl delete -f api/examples/reference-story.yaml --wait=false
+
+While finalizer-deployment exists, a stand-in for its controller removes the story's finalizer from
+deleting CRs (no kubelet runs its pods). Control-plane logs: {directory}.
+Ctrl-C stops everything.""", flush=True)
+        stop.wait()
+        print("stopping ...", file=sys.stderr)
+        controller.stop()
+    if args.dir is None:
+        shutil.rmtree(directory, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
