@@ -40,11 +40,19 @@ class Client:
         self.http.close()
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        return self.http.request(method, path, **kwargs)
+        return self._send(method, path, **kwargs)
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        # A pooled keep-alive connection the server closed while idle fails on reuse with "Server
+        # disconnected without sending a response"; client-go's transport re-sends then, so do we (once).
+        try:
+            return self.http.request(method, path, **kwargs)
+        except httpx.RemoteProtocolError:
+            return self.http.request(method, path, **kwargs)
 
     def get(self, path: str) -> JSON | None:
         """The object at `path`, or None when it does not exist (404)."""
-        response = self.http.get(path)
+        response = self._send("GET", path)
         if response.status_code == 404:
             return None
         response.raise_for_status()
@@ -55,13 +63,13 @@ class Client:
         return self.get(path) is not None
 
     def create(self, path: str, body: JSON) -> httpx.Response:
-        return self.http.post(path, json=body)
+        return self._send("POST", path, json=body)
 
     def delete(self, path: str, *, body: JSON | None = None, params: dict[str, str] | None = None) -> httpx.Response:
-        return self.http.request("DELETE", path, json=body, params=params)
+        return self._send("DELETE", path, json=body, params=params)
 
     def merge_patch(self, path: str, patch: JSON) -> httpx.Response:
-        return self.http.patch(path, json=patch, headers={"Content-Type": "application/merge-patch+json"})
+        return self._send("PATCH", path, json=patch, headers={"Content-Type": "application/merge-patch+json"})
 
     def json_patch(self, path: str, patch: list[JSON]) -> httpx.Response:
-        return self.http.patch(path, json=patch, headers={"Content-Type": "application/json-patch+json"})
+        return self._send("PATCH", path, json=patch, headers={"Content-Type": "application/json-patch+json"})
