@@ -41,8 +41,10 @@ def real_cluster(binaries: Binaries, directory: Path, *, replicas: int = 1) -> I
     try:
         plane.start()
         gate = install(plane, directory / "gate")
-        for _ in range(replicas):
+        if replicas == 1:
             gate.start()
+        else:
+            gate.start_behind_service(replicas)
         admin = Client(plane.admin_kubeconfig)
         yield RealCluster(plane, gate, admin)
     finally:

@@ -22,6 +22,7 @@ import attrs
 import httpx
 
 from .controlplane import ControlPlane, ControlPlaneError, Process, free_port, poll, write_kubeconfig
+from .loadbalancer import Backend, LoadBalancer
 
 GATE_NAMESPACE = "criticalsvc-system"
 SERVICE_ACCOUNT = "criticalsvc"
@@ -45,6 +46,8 @@ class GateProcess:
     process: Process
     port_file: Path
     ops_url: str = ""
+    webhook_port: int = 0
+    ops_port: int = 0
 
     def start(self, *, timeout: float = READY_TIMEOUT) -> GateProcess:
         self.port_file.unlink(missing_ok=True)
@@ -79,31 +82,55 @@ class InstalledGate:
     kubeconfig: Path
     certs: Path
     replicas: list[GateProcess] = attrs.field(factory=list)
+    balancer: LoadBalancer | None = None  # set when the replicas run behind a stand-in for the Service
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    def replica(self, index: int = 0, *, extra_args: tuple[str, ...] = ()) -> GateProcess:
+    def replica(self, index: int = 0, *, webhook_port: int | None = None, ops_port: int = 0,
+                extra_args: tuple[str, ...] = ()) -> GateProcess:
         name = f"gate-{index}"
+        port = webhook_port or self.port
         return GateProcess(Process(name, [
             sys.executable, "-m", "criticalsvc", "serve", "--kubeconfig", str(self.kubeconfig),
             "--tls-cert", str(self.certs / "tls.crt"), "--tls-key", str(self.certs / "tls.key"),
-            "--listen", f"127.0.0.1:{self.port}", "--ops-listen", "127.0.0.1:0",
+            "--listen", f"127.0.0.1:{port}", "--ops-listen", f"127.0.0.1:{ops_port}",
             "--port-file", str(self.directory / f"{name}.ports.json"), "--identity", name,
             "--lease-namespace", GATE_NAMESPACE, "--log-level", "info", *extra_args,
-        ], self.directory / f"{name}.log"), self.directory / f"{name}.ports.json")
+        ], self.directory / f"{name}.log"), self.directory / f"{name}.ports.json", webhook_port=port, ops_port=ops_port)
 
     def start(self) -> GateProcess:
+        """One replica serving the webhook port itself (no Service in between)."""
         gate = self.replica(len(self.replicas)).start()
         self.replicas.append(gate)
         return gate
 
+    def start_behind_service(self, replicas: int) -> list[GateProcess]:
+        """`replicas` replicas on ports of their own behind a loopback load balancer on the webhook port,
+        which routes only to replicas whose /readyz answers 200 (as a Service's endpoints would)."""
+        self.balancer = LoadBalancer(self.port).start()
+        for _ in range(replicas):
+            self.add_replica()
+        return self.replicas
+
+    def add_replica(self) -> GateProcess:
+        """One more replica behind the load balancer (ports fixed for its lifetime, so restarts keep them)."""
+        assert self.balancer is not None, "start_behind_service first"
+        gate = self.replica(len(self.replicas), webhook_port=free_port(), ops_port=free_port())
+        self.replicas.append(gate)
+        self.balancer.set_backends([Backend(g.process.name, g.webhook_port, g.ops_port) for g in self.replicas])
+        return gate.start()
+
     def stop(self) -> None:
         for gate in self.replicas:
             gate.stop()
+        if self.balancer is not None:
+            self.balancer.stop()
+            self.balancer = None
 
     def restart(self) -> GateProcess:
+        """Stop every replica and start a single one on the webhook port."""
         self.stop()
         self.replicas.clear()
         return self.start()

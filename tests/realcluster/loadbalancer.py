@@ -1,0 +1,127 @@
+"""A loopback TCP load balancer standing in for the gate's Service: N replicas behind one address.
+
+In a cluster the API server calls `criticalsvc.criticalsvc-system.svc:443`, and kube-proxy spreads
+connections over the EndpointSlice's ready endpoints: a replica whose readiness probe (`/readyz`)
+fails is taken out, a new one is added once ready. Here the webhook URL points at this balancer,
+which forwards each TCP connection (TLS passes through untouched, so the API server still verifies
+the gate's certificate) to the next backend, round robin, among those whose `/readyz` answered 200
+at the last health check (every `interval` seconds, as a readiness probe's period). With no ready
+backend the connection is closed at once, as a Service without endpoints rejects it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+
+import attrs
+
+
+@attrs.define
+class Backend:
+    name: str
+    webhook_port: int
+    ops_port: int
+    ready: bool = False
+
+
+class LoadBalancer:
+    def __init__(self, port: int, *, interval: float = 0.25) -> None:
+        self.port = port
+        self.interval = interval
+        self.backends: list[Backend] = []
+        self.connections = 0
+        self.rejected = 0  # connections closed for want of a ready backend
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="gate-service")
+        self._rotation = itertools.count()
+        self._server: asyncio.Server | None = None
+        self._health: asyncio.Task[None] | None = None
+
+    def start(self) -> LoadBalancer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def set_backends(self, backends: Sequence[Backend]) -> None:
+        self._call(lambda: setattr(self, "backends", list(backends)))
+
+    def ready_backends(self) -> list[str]:
+        return [b.name for b in self.backends if b.ready]
+
+    def stop(self) -> None:
+        async def stop() -> None:
+            if self._health is not None:
+                self._health.cancel()
+            if self._server is not None:
+                self._server.close()
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        for task in asyncio.all_tasks(self._loop):  # the connections still piped
+            task.cancel()
+        self._loop.run_until_complete(asyncio.sleep(0))
+        self._loop.close()
+
+    def _call(self, fn: Callable[[], object]) -> None:
+        self._loop.call_soon_threadsafe(fn)
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        self._health = asyncio.create_task(self._check_health())
+
+    async def _check_health(self) -> None:
+        while True:
+            for backend in list(self.backends):
+                backend.ready = await _ready(backend.ops_port)
+            await asyncio.sleep(self.interval)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        ready = [b for b in self.backends if b.ready]
+        if not ready:
+            self.rejected += 1
+            writer.close()
+            return
+        backend = ready[next(self._rotation) % len(ready)]
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", backend.webhook_port)
+        except OSError:
+            self.rejected += 1
+            writer.close()
+            return
+        self.connections += 1
+        try:
+            await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+        except asyncio.CancelledError:
+            writer.close()
+            upstream_writer.close()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+async def _ready(port: int) -> bool:
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        writer.write(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        status = await asyncio.wait_for(reader.readline(), 1)
+        return status.split(b" ")[1:2] == [b"200"]
+    except (OSError, TimeoutError, IndexError):
+        return False
+    finally:
+        writer.close()
