@@ -52,6 +52,16 @@ CONTROLLERS = (
     "namespace-controller", "garbage-collector-controller", "deployment-controller", "replicaset-controller",
     "serviceaccount-controller", "serviceaccount-token-controller", "clusterrole-aggregation-controller",
 )
+# Every request of the gate's ServiceAccount, at Metadata level, once (when complete; a watch also
+# when its response starts): what the gate costs the API server, counted by the tests and benchmarks.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: ["system:serviceaccount:criticalsvc-system:criticalsvc"]
+- level: None
+"""
 READY_TIMEOUT = 120.0  # a cold kube-apiserver on 2 busy cores takes ~10-20 s to install its APIs
 STOP_GRACE = 10.0
 
@@ -262,8 +272,15 @@ class ControlPlane:
              alive=self.check_alive)
         return self
 
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON line per request the gate's ServiceAccount makes."""
+        return self.directory / "audit.log"
+
     def apiserver_argv(self) -> list[str]:
         pki = self.pki
+        policy = self.directory / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
         return [
             str(self.binaries.kube_apiserver), "--etcd-servers", self.etcd_url,
             "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
@@ -276,6 +293,8 @@ class ControlPlane:
             # The `kubernetes` Service's endpoints may not be a loopback address; nothing here needs them.
             "--endpoint-reconciler-type", "none",
             "--profiling=false", "--enable-priority-and-fairness=false",
+            "--audit-policy-file", str(policy), "--audit-log-path", str(self.audit_log),
+            "--audit-log-format", "json",
         ]
 
     def wait_apiserver_ready(self) -> None:
@@ -330,3 +349,23 @@ def running(binaries: Binaries, directory: Path) -> Iterator[ControlPlane]:
         yield plane.start()
     finally:
         plane.stop()
+
+
+def gate_requests(audit_log: Path, *, since: float = 0.0) -> list[dict[str, str]]:
+    """The gate's requests in the audit log (one per request: verb, resource, name, code), after `since`
+    (a Unix time). A watch is counted once, when its response started."""
+    import json
+
+    seen: dict[str, dict[str, str]] = {}
+    if not audit_log.exists():
+        return []
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        stamp = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+        if stamp.timestamp() < since or event["auditID"] in seen:
+            continue
+        ref = event.get("objectRef") or {}
+        seen[event["auditID"]] = {"verb": event["verb"], "resource": ref.get("resource", ""),
+                                  "group": ref.get("apiGroup", ""), "name": ref.get("name", ""),
+                                  "code": str((event.get("responseStatus") or {}).get("code", ""))}
+    return list(seen.values())

@@ -1,0 +1,68 @@
+"""What the gate costs the API server, counted from the real kube-apiserver's audit log (every
+request of the gate's ServiceAccount): no read for a denial, at most one round of confirming reads
+for a protected ALLOW, and no watch restarted in normal operation."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+
+import pytest
+
+from tests.backends import RealBackend
+from tests.realcluster.cluster import RealCluster
+from tests.realcluster.controlplane import gate_requests
+from tests.realcluster.teardown import RetryingDeleter, Story, apply_story
+
+pytestmark = pytest.mark.realcluster
+
+# What the status writer and leader election write or read: not on the decision path.
+BOOKKEEPING = frozenset({"leases", "events", "criticalservices/status"})
+
+
+def _reads(requests: list[dict[str, str]]) -> Counter[str]:
+    return Counter(f"{r['verb']} {r['resource'] or 'discovery'}" for r in requests
+                   if r["verb"] in ("get", "list", "watch") and r["resource"] not in BOOKKEEPING)
+
+
+def _decisions(cluster: RealCluster, since: float) -> list[dict[str, object]]:
+    out = []
+    for gate in cluster.gate.replicas:
+        for line in gate.process.log_path.read_text().splitlines():
+            if '"event":"decision"' in line:
+                entry = json.loads(line)
+                if time.mktime(time.strptime(entry["time"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone >= since - 1:
+                    out.append(entry)
+    return out
+
+
+def test_denials_cost_no_read_and_a_protected_allow_one_round(realcluster: RealCluster) -> None:
+    """20 refused DELETEs: zero reads; the teardown's confirmed ALLOWs: at most one read round each; no watch restarts."""
+    story = Story.make("load")
+    apply_story(realcluster.kubectl, realcluster.admin, story)
+    time.sleep(1)  # let the watches of the story's types settle (their LIST/WATCH are not a decision's cost)
+    start = time.time()
+    for _ in range(20):
+        assert realcluster.admin.delete(story.deployment_path).status_code == 403
+    time.sleep(1)  # the audit log is written as requests complete
+    during_denials = _reads(gate_requests(realcluster.plane.audit_log, since=start))
+    assert sum(during_denials.values()) == 0, f"a denial made the gate read: {during_denials}"
+
+    teardown_start = time.time()
+    deleter = RetryingDeleter(realcluster.admin, story.paths())
+    with RealBackend(realcluster).finalizer_controller(story):
+        assert deleter.run(timeout=120)
+    time.sleep(1)
+    requests = gate_requests(realcluster.plane.audit_log, since=teardown_start)
+    reads = _reads(requests)
+    confirmed = [d for d in _decisions(realcluster, teardown_start) if d.get("live_confirmation")]
+    confirming_reads = sum(n for k, n in reads.items() if k.startswith(("get ", "list ")) and "discovery" not in k)
+    print(f"\n{len(deleter.attempts)} DELETEs ({len(deleter.refused())} refused), {len(confirmed)} confirmed "
+          f"ALLOWs, gate requests during the teardown: {dict(reads)}; all: "
+          f"{dict(Counter(r['verb'] + ' ' + r['resource'] for r in requests))}")
+    assert confirmed, "no protected ALLOW was confirmed"
+    # A round reads the provider's CriticalServices' criteria: here 2 criteria, + the provider/namespace.
+    assert confirming_reads <= 4 * len(confirmed), (confirming_reads, len(confirmed), reads)
+    restarts = [r for r in requests if r["verb"] == "watch" and r["resource"] in ("criticalservices", "namespaces")]
+    assert restarts == [], f"watches restarted in normal operation: {restarts}"
