@@ -412,9 +412,17 @@ async def test_a_resource_no_critical_service_names_is_no_longer_watched(env: Ru
         assert decide(delete_request(PROVIDER, None), cache).rule == Rule.UNPROTECTED
 
 
-async def test_a_failed_discovery_group_makes_its_names_unanswerable(env: RunningStandIn, tmp_path: Path) -> None:
-    """If a group's discovery fails, a name in it is neither served nor not served: the state refuses to say."""
-    env.faults.add(r"^/apis/work\.open-cluster-management\.io(/v1)?$", watch=False)
+@pytest.mark.parametrize("form", ["aggregated", "legacy"])
+async def test_a_failed_discovery_group_makes_its_names_unanswerable(env: RunningStandIn, tmp_path: Path,
+                                                                    form: str) -> None:
+    """If a group's discovery fails, a name in it is neither served nor not served: the state refuses to say.
+    Aggregated discovery marks such a group `Stale` (its APIService's backend did not answer); the legacy
+    walk gets an error for the group's document."""
+    if form == "aggregated":
+        env.standin.stale_groups.add("work.open-cluster-management.io")
+    else:
+        env.standin.aggregated_discovery = False
+        env.faults.add(r"^/apis/work\.open-cluster-management\.io(/v1)?$", watch=False)
     async with live_cache(env, tmp_path) as cache:
         assert await cache.wait_ready(5)
         with pytest.raises(StateUnavailable, match=r"discovery of API group work\.open-cluster-management\.io"):

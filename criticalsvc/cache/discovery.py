@@ -3,7 +3,8 @@
 The gate must know what is served, not guess it: a criterion naming a type that is not served is met
 (no instance can exist), so a type missing from the mapper by mistake would silently lift a
 protection. The mapper therefore starts empty and is filled from the API server's own discovery
-documents — the legacy ones, which every server since 1.0 and the stand-in serve:
+documents: the aggregated form where the server offers it (see `discover`), else the legacy ones,
+which every server since 1.0 and the stand-in serve:
 
     GET /api                     {"versions": ["v1"]}
     GET /api/v1                  APIResourceList of the core group
@@ -38,6 +39,8 @@ from .transport import APIError, APIStatusError, Transport
 # Discovery documents are small (the largest, /api/v1, is ~20 KiB); 10 s is generous and still well
 # under the time a starting replica may take before its readiness probe gives up (30 s by default).
 TIMEOUT = 10.0
+# The aggregated discovery form (apidiscovery.k8s.io/v2), with plain JSON as the fallback, as kubectl asks.
+ACCEPT_AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 # A cluster with many aggregated APIs has ~60 group versions; 8 concurrent GETs keep startup short
 # without a burst the API server's priority-and-fairness would queue.
 CONCURRENCY = 8
@@ -119,10 +122,61 @@ async def discover_group(transport: Transport, group: str, versions: Iterable[st
     return list(seen.values())
 
 
+def parse_aggregated(doc: Mapping[str, Any]) -> tuple[list[ResourceType], set[str]] | None:
+    """An APIGroupDiscoveryList -> (types, groups whose discovery is stale); None if `doc` is not one.
+
+    Versions come preferred first; a resource's fields are renamed to the APIResourceList ones and
+    read by `parse_resource_list`, so both forms obey the same rules. A version marked `Stale` (an
+    aggregated API whose backend did not answer) makes its group unknown, as a failed legacy read does.
+    """
+    if doc.get("kind") != "APIGroupDiscoveryList" or not isinstance(doc.get("items"), list):
+        return None
+    types: list[ResourceType] = []
+    stale: set[str] = set()
+    for item in doc["items"]:
+        if not isinstance(item, Mapping):
+            continue
+        meta = item.get("metadata")
+        group = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+        seen: dict[str, ResourceType] = {}
+        for v in item.get("versions") or []:
+            if not isinstance(v, Mapping) or not isinstance(v.get("version"), str):
+                continue
+            if v.get("freshness") == "Stale":
+                stale.add(group)  # its resources are the last ones the backend answered: not trusted
+            legacy = [{"name": r.get("resource"), "kind": (r.get("responseKind") or {}).get("kind"),
+                       "verbs": r.get("verbs"), "shortNames": r.get("shortNames"),
+                       "singularName": r.get("singularResource"), "namespaced": r.get("scope") == "Namespaced"}
+                      for r in v.get("resources") or [] if isinstance(r, Mapping)]
+            for t in parse_resource_list({"resources": legacy}, group, v["version"]):
+                seen.setdefault(t.plural, t)
+        if group not in stale:
+            types.extend(seen.values())
+    return types, stale
+
+
 async def discover(transport: Transport, *, timeout: float = TIMEOUT,
                    concurrency: int = CONCURRENCY) -> DiscoveryResult:
-    """Every served type. Raises APIError when the group list itself cannot be read."""
-    groups_doc = await transport.get("/apis", timeout=timeout)
+    """Every served type. Raises APIError when the group list itself cannot be read.
+
+    Aggregated discovery first (apidiscovery.k8s.io/v2, GA in Kubernetes 1.30: `/api` and `/apis`
+    each answer every group's resources in one document, so a discovery is 2 requests). Measured on a
+    real 1.37 API server, the legacy walk below is ~52 requests, and the gate re-reads discovery on
+    every CRD change. A server that does not offer the aggregated form (the stand-in, older or
+    proxied servers) answers the plain documents, and the legacy walk follows.
+    https://github.com/kubernetes/enhancements/tree/master/keps/sig-api-machinery/3352-aggregated-discovery
+    """
+    # /apis first: a server without the aggregated form answers the plain APIGroupList (the Accept
+    # header offers it as the fallback), which the legacy walk uses as it is - no extra request.
+    groups_doc = await transport.get("/apis", timeout=timeout, accept=ACCEPT_AGGREGATED)
+    aggregated = parse_aggregated(groups_doc)
+    if aggregated is not None:
+        core = parse_aggregated(await transport.get("/api", timeout=timeout, accept=ACCEPT_AGGREGATED))
+        if core is not None:
+            if "" in core[1]:
+                raise APIError("the core group's discovery is stale")  # nothing can be decided without it
+            return DiscoveryResult(tuple(core[0] + aggregated[0]), frozenset(aggregated[1]))
+        groups_doc = await transport.get("/apis", timeout=timeout)  # mixed answers: walk the plain form
     groups: list[tuple[str, list[str] | None]] = [("", None)]
     for g in groups_doc.get("groups") or []:
         if isinstance(g, Mapping) and isinstance(g.get("name"), str):

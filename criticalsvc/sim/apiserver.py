@@ -10,8 +10,22 @@ versions (so `kubectl explain criticalservices` works; each kind declares server
 get, list (label and field selectors), watch (resourceVersion, 410 Gone as an ERROR event,
 bookmarks, timeoutSeconds), create, update, patch (merge, a minimal strategic merge, JSON patch),
 delete (DeleteOptions: propagationPolicy, preconditions, dryRun), deletecollection, the `status`
-subresource and `namespaces/{name}/finalize`. Errors are metav1.Status objects carrying the store's
-code, reason and message, so kubectl prints them the real way (`Error from server (Forbidden): ...`).
+subresource, `namespaces/{name}/finalize` and the `scale` subresource of Deployments, ReplicaSets and
+StatefulSets (`kubectl scale`). Errors are metav1.Status objects carrying the store's code, reason and
+message, so kubectl prints them the real way (`Error from server (Forbidden): ...`).
+
+What kubectl ≥ 1.32 needs beyond that, checked against kube-apiserver 1.37 (tests/test_clusters_api.py):
+* server-side printing: `Accept: application/json;as=Table;v=v1;g=meta.k8s.io` on get, list and watch
+  answers a meta.k8s.io Table (tables.py: CRD printer columns, the built-in printers), so `kubectl get`
+  prints the server's columns; a Table watch sends the column definitions with its first event only;
+* request bodies in JSON, YAML or Kubernetes protobuf (protobuf.py; client-go's typed clients send it:
+  `kubectl create namespace|deployment|configmap|...`, `kubectl auth can-i`), a 415 naming what is not
+  decoded otherwise (client-go falls back to JSON after a 415 for CBOR only);
+* the create-only review APIs `kubectl auth can-i` (and `--list`) and `kubectl auth whoami` post: every
+  review allows (there is no authorization here); discovery categories of built-ins (`kubectl get all`);
+* custom resources get their structural schema's `default`s on every write;
+* `Warning` headers as the API server's warning recorder writes them: raw UTF-8 (a webhook's "…"
+  included), deduplicated, cut to 256 runes each once they pass 4096 in total.
 Store semantics (finalizers, admission, terminating namespaces and CRDs) live in store.py; this
 module translates HTTP to store calls and never re-implements them.
 
@@ -43,13 +57,14 @@ Use (what `criticalsvc serve --embedded` needs):
 Webhook warnings reach the client as `Warning: 299 - "..."` headers (kubectl prints them).
 
 Simplifications (documented, not hidden): one served version per resource; `limit` is ignored and no
-`continue` token is returned (allowed by the API); Tables are not served (kubectl prints NAME/AGE
-from plain lists); request bodies must be JSON (protobuf gets 415, so kubectl's `create namespace`
-style generators fail with a clear message, while `apply -f` / `create -f` work); field selectors
-accept any dotted path; watch selector transitions are computed against what this watch has seen;
-a write waiting on a slow webhook holds up other writes (never reads) for up to its timeoutSeconds;
-no authentication or authorization (the user is the `Impersonate-User` header, else
-`kubernetes-admin`).
+`continue` token is returned (allowed by the API); answers are JSON only (no protobuf, YAML or
+PartialObjectMetadata forms: clients that ask for them also accept JSON); protobuf bodies are decoded
+for the kinds kubectl's generators and the reviews send (protobuf.py), others get 415; some built-in
+printers are simplified or print NAME/AGE only (tables.py); the Scale subresource of custom resources
+is not served; field selectors accept any dotted path; watch selector transitions are computed
+against what this watch has seen; a write waiting on a slow webhook holds up other writes (never
+reads) for up to its timeoutSeconds; no authentication or authorization (the user is the
+`Impersonate-User` header, else `kubernetes-admin`).
 """
 
 from __future__ import annotations
@@ -65,6 +80,7 @@ import secrets
 import socket
 import threading
 import time
+import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -80,6 +96,7 @@ from starlette.routing import Route
 from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef
 from ..labels import LabelSelector, Requirement
 from ..restmapper import WELL_KNOWN, ResourceType
+from . import protobuf, tables
 from .engine import Callback, Engine, RealTimeEngine
 from .store import APIError, DeleteResult, Store, WatchEvent, not_found
 
@@ -121,6 +138,31 @@ NO_STATUS = frozenset({
     GroupResource("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
     GroupResource("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
 })
+# Discovery categories of built-in types (`kubectl get all` lists the `all` category).
+BUILTIN_CATEGORIES: dict[GroupResource, tuple[str, ...]] = {
+    **{GroupResource(g, r): ("all",) for g, r in (
+        ("", "pods"), ("", "replicationcontrollers"), ("", "services"), ("apps", "daemonsets"),
+        ("apps", "deployments"), ("apps", "replicasets"), ("apps", "statefulsets"),
+        ("autoscaling", "horizontalpodautoscalers"), ("batch", "cronjobs"), ("batch", "jobs"))},
+    **{GroupResource(g, r): ("api-extensions",) for g, r in (
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"))},
+}
+# Workloads with a `scale` subresource (autoscaling/v1 Scale; `kubectl scale`).
+SCALABLE = frozenset({GroupResource("apps", "deployments"), GroupResource("apps", "replicasets"),
+                      GroupResource("apps", "statefulsets")})
+SCALE_KIND = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+SCALE_TYPE = ResourceType("autoscaling", "v1", "Scale", "scale", "scale", True)
+# Create-only review APIs without storage: `kubectl auth can-i` (and --list), `kubectl auth whoami`.
+REVIEWS: dict[GroupResource, ResourceType] = {t.group_resource: t for t in (
+    ResourceType("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews",
+                 "selfsubjectaccessreview", False),
+    ResourceType("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews",
+                 "selfsubjectrulesreview", False),
+    ResourceType("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview",
+                 False),
+)}
 # Kinds compiled into kubectl and the API server (strategic merge patch works on these only).
 NOT_BUILTIN_GROUPS = frozenset({"criticalsvc.io", "work.open-cluster-management.io"})
 BUILTIN = frozenset({t.group_resource for t in (*WELL_KNOWN, *EXTRA_TYPES) if t.group not in NOT_BUILTIN_GROUPS})
@@ -463,6 +505,7 @@ class _Served(NamedTuple):
     type: ResourceType
     status: bool
     categories: tuple[str, ...]
+    verbs: tuple[str, ...] = tuple(VERBS)
 
 
 class _Closing:
@@ -492,6 +535,10 @@ class StandIn:
         self.watch_timeout = watch_timeout
         self.crd_path = crd_path
         self.default_user = default_user
+        # What a real server's discovery can also say: served without the aggregated form (before 1.26,
+        # or behind a proxy), or an aggregated API whose backend does not answer marked `Stale`.
+        self.aggregated_discovery = True
+        self.stale_groups: set[str] = set()
         for t in EXTRA_TYPES:
             if store.mapper.lookup(t.group_resource) is None:
                 store.mapper.add(t)
@@ -654,7 +701,9 @@ class StandIn:
         crd = self.store.get(CRDS, "", f"{t.plural}.{t.group}") if t.group else None
         if crd is None and t.group_resource == CRITICAL_SERVICES:
             crd = _load_crd(self.crd_path)
-        names = ((crd or {}).get("spec") or {}).get("names") or {}
+        if crd is None:
+            return list(BUILTIN_CATEGORIES.get(t.group_resource, ()))
+        names = (crd.get("spec") or {}).get("names") or {}
         categories = names.get("categories") if isinstance(names, Mapping) else None
         return [str(c) for c in categories] if isinstance(categories, list) else []
 
@@ -663,12 +712,17 @@ class StandIn:
         for t in self._types():
             served = _Served(t, self._has_status(t), tuple(self._categories(t)))
             groups.setdefault(t.group, {}).setdefault(t.version, []).append(served)
+        for t in REVIEWS.values():  # create-only APIs with no storage (kubectl auth can-i / whoami)
+            groups.setdefault(t.group, {}).setdefault(t.version, []).append(_Served(t, False, (), ("create",)))
+        for versions in groups.values():
+            for entries in versions.values():
+                entries.sort(key=lambda served: served.type.plural)
         return groups
 
     async def _discovery_core(self, request: Request) -> Response:
         groups = await self.read(self._groups)
-        if _wants_aggregated(request):
-            return _json(_aggregated({"": groups.get("", {})}), media_type=DISCOVERY_V2)
+        if self.aggregated_discovery and _wants_aggregated(request):
+            return _json(_aggregated({"": groups.get("", {})}, self.stale_groups), media_type=DISCOVERY_V2)
         return _json({"kind": "APIVersions", "apiVersion": "v1", "versions": ["v1"],
                       "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
                                                       "serverAddress": request.url.netloc}]})
@@ -676,8 +730,8 @@ class StandIn:
     async def _discovery_groups(self, request: Request) -> Response:
         groups = await self.read(self._groups)
         named = {g: vs for g, vs in sorted(groups.items(), key=lambda kv: _group_order(kv[0])) if g}
-        if _wants_aggregated(request):
-            return _json(_aggregated(named), media_type=DISCOVERY_V2)
+        if self.aggregated_discovery and _wants_aggregated(request):
+            return _json(_aggregated(named, self.stale_groups), media_type=DISCOVERY_V2)
         return _json({"kind": "APIGroupList", "apiVersion": "v1",
                       "groups": [_api_group_doc(g, list(vs)) for g, vs in named.items()]})
 
@@ -694,17 +748,20 @@ class StandIn:
             raise _not_served()
         gv = f"{group}/{version}" if group else version
         resources: list[dict[str, Any]] = []
-        for t, status, categories in entries:
+        for t, status, categories, verbs in entries:
             resource: dict[str, Any] = {"name": t.plural, "singularName": t.singular, "namespaced": t.namespaced,
-                                        "kind": t.kind, "verbs": VERBS}
+                                        "kind": t.kind, "verbs": list(verbs)}
             if t.short_names:
                 resource["shortNames"] = list(t.short_names)
             if categories:
                 resource["categories"] = list(categories)
             resources.append(resource)
             for sub in _subresources(t, status):
-                resources.append({"name": f"{t.plural}/{sub}", "singularName": "", "namespaced": t.namespaced,
-                                  "kind": t.kind, "verbs": _SUBRESOURCE_VERBS[sub]})
+                entry: dict[str, Any] = {"name": f"{t.plural}/{sub}", "singularName": "", "namespaced": t.namespaced,
+                                         "kind": t.kind, "verbs": _SUBRESOURCE_VERBS[sub]}
+                if sub == "scale":
+                    entry.update(SCALE_KIND)
+                resources.append(entry)
         return _json({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
 
     # --- openapi --------------------------------------------------------------------------------------
@@ -784,6 +841,11 @@ class StandIn:
             namespace, rest = rest[1], rest[2:]
         if len(rest) > 3:
             raise _not_served()
+        review = REVIEWS.get(GroupResource(group, rest[0]))
+        if review is not None and review.version == version and len(rest) == 1 and namespace is None:
+            if request.method != "POST":
+                raise _method_not_allowed(request.method)
+            return await self._review(request, review)
         t = await self.read(lambda: self.store.mapper.lookup(GroupResource(group, rest[0])))
         if t is None or t.plural != rest[0] or t.version != version:
             raise _not_served()
@@ -793,18 +855,13 @@ class StandIn:
             raise _not_served()
         if not t.namespaced:
             namespace = ""
-        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if request.method in ("POST", "PUT") and media not in ("", "application/json", "*/*"):
-            # Protobuf and CBOR are not decoded here. kubectl 1.32's `create <kind>` generators send
-            # protobuf and do not fall back on 415; `apply -f` / `create -f` send JSON.
-            raise APIError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
-                           "accepted media types include: application/json (this API-server stand-in decodes "
-                           "JSON only; use kubectl apply -f or kubectl create -f)")
         user = request.headers.get("impersonate-user") or self.default_user
         if len(rest) == 1:
             watch = watch or params.get("watch") in ("true", "1")
             if request.method == "GET":
-                return await (self._watch(t, namespace, params) if watch else self._list(t, namespace, params))
+                form = _output_form(request, params)
+                return await (self._watch(t, namespace, params, form) if watch
+                              else self._list(t, namespace, params, form))
             if request.method == "POST":
                 if namespace is None:
                     raise _method_not_allowed("POST")
@@ -817,9 +874,18 @@ class StandIn:
         if len(rest) == 3:
             return await self._subresource(request, t, ref, rest[2], params, user)
         if request.method == "GET":
-            obj = await self.read(lambda: self.store.get(ref.group_resource, ref.namespace, ref.name))
+            form = _output_form(request, params)
+
+            def get() -> tuple[dict[str, Any] | None, tables.Printer | None]:
+                found = self.store.get(ref.group_resource, ref.namespace, ref.name)
+                return found, (self._printer(t) if form.table and found is not None else None)
+
+            obj, printer = await self.read(get)
             if obj is None:
                 raise not_found(t.group_resource, ref.name)
+            if printer is not None:
+                return _json(self._table(printer, [obj], str(obj["metadata"].get("resourceVersion", "")), form,
+                                         is_list=False))
             return _json(obj)
         if request.method == "PUT":
             return await self._update(request, t, ref, params, user)
@@ -842,20 +908,47 @@ class StandIn:
 
         return await self.write(op)
 
-    async def _list(self, t: ResourceType, namespace: str | None, params: Mapping[str, str]) -> Response:
+    async def _list(self, t: ResourceType, namespace: str | None, params: Mapping[str, str],
+                    form: _OutputForm) -> Response:
         match = _matcher(params)
 
-        def op() -> tuple[int, list[dict[str, Any]]]:
+        def op() -> tuple[int, list[dict[str, Any]], tables.Printer | None]:
             items = self.store.list(t.group_resource, namespace or None)
-            return self.store.resource_version, [o for o in items if match(o)]
+            return (self.store.resource_version, [o for o in items if match(o)],
+                    self._printer(t) if form.table else None)
 
-        rv, items = await self.read(op)
+        rv, items, printer = await self.read(op)
+        if printer is not None:
+            return _json(self._table(printer, items, str(rv), form))
         return _json({"kind": f"{t.kind}List", "apiVersion": t.api_version,
                       "metadata": {"resourceVersion": str(rv)}, "items": items})
 
+    # --- server-side printing (kubectl get) -----------------------------------------------------------
+    def _printer(self, t: ResourceType) -> tables.Printer:
+        """How the real API server prints `t`: the CRD's printer columns, else the built-in printer.
+        Call holding the store (it reads the CRD)."""
+        crd = self.store.get(CRDS, "", f"{t.plural}.{t.group}") if t.group else None
+        if crd is None and t.group_resource == CRITICAL_SERVICES:
+            crd = _load_crd(self.crd_path)
+        if crd is not None:
+            try:
+                return tables.crd_table_columns(crd, t.version)
+            except tables.TableError:  # the API server falls back to its default convertor
+                return tables.DEFAULT
+        return tables.printer_for(t.group_resource)
+
+    def _table(self, printer: tables.Printer, objects: list[dict[str, Any]], resource_version: str,
+               form: _OutputForm, *, headers: bool = True, is_list: bool = True) -> dict[str, Any]:
+        try:
+            return tables.make_table(printer, objects, now=self.store.clock(), resource_version=resource_version,
+                                     include_object=form.include_object, headers=headers,
+                                     group_version=form.group_version, is_list=is_list)
+        except tables.TableError as exc:
+            raise APIError(400, "BadRequest", str(exc)) from exc
+
     async def _create(self, request: Request, t: ResourceType, namespace: str, params: Mapping[str, str],
                       user: str) -> Response:
-        body = _object_body(await request.body(), t)
+        body = _object_body(await _request_body(request), t)
         md = body.setdefault("metadata", {})
         if t.namespaced:
             if md.get("namespace") and md["namespace"] != namespace:
@@ -866,8 +959,23 @@ class StandIn:
             # apiserver's SimpleNameGenerator: 5 characters from an alphabet without vowels.
             md["name"] = md["generateName"] + "".join(secrets.choice("bcdfghjklmnpqrstvwxz2456789")
                                                       for _ in range(5))
-        obj, warnings = await self._mutate(lambda: self.store.create(body, user=user, dry_run=_dry_run(params)))
+
+        def op() -> dict[str, Any]:
+            self._default(t, body)
+            return self.store.create(body, user=user, dry_run=_dry_run(params))
+
+        obj, warnings = await self._mutate(op)
         return _json(obj, status_code=201, warnings=warnings)
+
+    def _default(self, t: ResourceType, obj: dict[str, Any]) -> None:
+        """The `default`s of a custom resource's structural schema, as the API server applies them to
+        every write (apiextensions-apiserver structural/defaulting)."""
+        crd = self.store.get(CRDS, "", f"{t.plural}.{t.group}") if t.group else None
+        for v in ((crd or {}).get("spec") or {}).get("versions") or []:
+            if isinstance(v, Mapping) and v.get("name") == t.version:
+                schema = (v.get("schema") or {}).get("openAPIV3Schema")
+                if isinstance(schema, Mapping):
+                    _apply_defaults(obj, schema)
 
     def _preserve(self, t: ResourceType, new: dict[str, Any], current: Mapping[str, Any]) -> None:
         """What the registry strategies keep on a main-resource update: status, a namespace's finalizers."""
@@ -888,12 +996,13 @@ class StandIn:
 
     async def _update(self, request: Request, t: ResourceType, ref: ObjectRef, params: Mapping[str, str],
                       user: str) -> Response:
-        body = _object_body(await request.body(), t)
+        body = _object_body(await _request_body(request), t)
         _check_identity(body, t, ref)
 
         def op() -> dict[str, Any]:
             current = self._existing(t, ref)
             self._preserve(t, body, current)
+            self._default(t, body)
             return self.store.update(body, user=user, dry_run=_dry_run(params))
 
         obj, warnings = await self._mutate(op)
@@ -919,6 +1028,7 @@ class StandIn:
             if status_only:
                 return self._write_status(t, ref, new, current, params)
             self._preserve(t, new, current)
+            self._default(t, new)
             return self.store.update(new, user=user, dry_run=_dry_run(params))
 
         obj, warnings = await self._mutate(op)
@@ -957,6 +1067,8 @@ class StandIn:
 
     async def _subresource(self, request: Request, t: ResourceType, ref: ObjectRef, sub: str,
                            params: Mapping[str, str], user: str) -> Response:
+        if sub == "scale" and t.group_resource in SCALABLE:
+            return await self._scale(request, t, ref, params, user)
         if sub == "finalize" and t.group_resource == NAMESPACES:
             if request.method != "PUT":
                 raise _method_not_allowed(request.method)
@@ -972,7 +1084,7 @@ class StandIn:
             return await self._patch(request, t, ref, params, user, status_only=True)
         if request.method != "PUT":
             raise _method_not_allowed(request.method)
-        body = _object_body(await request.body(), t)
+        body = _object_body(await _request_body(request), t)
         _check_identity(body, t, ref)
 
         def op() -> dict[str, Any]:
@@ -982,8 +1094,77 @@ class StandIn:
         obj, _ = await self._mutate(op)
         return _json(obj)
 
+    async def _scale(self, request: Request, t: ResourceType, ref: ObjectRef, params: Mapping[str, str],
+                     user: str) -> Response:
+        """The autoscaling/v1 Scale of a Deployment, ReplicaSet or StatefulSet (`kubectl scale`): a
+        write sets the workload's spec.replicas (an UPDATE of the workload through admission)."""
+        if request.method == "GET":
+            obj = await self.read(lambda: self._existing(t, ref))
+            return _json(_scale_of(obj))
+        if request.method == "PUT":
+            body: Any = _object_body(await _request_body(request), SCALE_TYPE)
+            _check_identity(body, SCALE_TYPE, ref)
+            apply: Callable[[Any, Any], Any] = lambda _current, replacement: replacement  # noqa: E731
+        elif request.method == "PATCH":
+            apply = self._patcher(t, request.headers.get("content-type", "").split(";")[0].strip())
+            body = _json_body(await request.body())
+        else:
+            raise _method_not_allowed(request.method)
+
+        def new_scale(current: dict[str, Any]) -> dict[str, Any]:
+            try:
+                scale = apply(current, body)
+            except PatchError as exc:
+                raise APIError(422, "Invalid", f"the server rejected our request due to an error in our "
+                               f"request: {exc}") from exc
+            if not isinstance(scale, dict):
+                raise APIError(422, "Invalid", "the patched object is not a JSON object")
+            return scale
+
+        def op() -> dict[str, Any]:
+            current = self._existing(t, ref)
+            scale = new_scale(_scale_of(current))
+            rv = (scale.get("metadata") or {}).get("resourceVersion")
+            if rv and rv != current["metadata"].get("resourceVersion"):
+                raise _conflict(t.group_resource, ref.name)
+            replicas = (scale.get("spec") or {}).get("replicas", 0)
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                message = f"Invalid value: {orjson.dumps(replicas).decode()}: must be greater than or equal to 0"
+                raise APIError(422, "Invalid", f'Scale.autoscaling "{ref.name}" is invalid: spec.replicas: {message}',
+                               details={"name": ref.name, "group": "autoscaling", "kind": "Scale", "causes": [
+                                   {"reason": "FieldValueInvalid", "message": message, "field": "spec.replicas"}]})
+            updated = copy.deepcopy(current)
+            updated.setdefault("spec", {})["replicas"] = replicas
+            updated["metadata"].pop("resourceVersion", None)
+            return _scale_of(self.store.update(updated, user=user, dry_run=_dry_run(params)))
+
+        scale, warnings = await self._mutate(op)
+        return _json(scale, warnings=warnings)
+
+    async def _review(self, request: Request, t: ResourceType) -> Response:
+        """SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview. The stand-in authorizes
+        everything (no RBAC), so every review allows, as for a cluster-admin."""
+        body = _object_body(await _request_body(request), t)
+        user = request.headers.get("impersonate-user") or self.default_user
+        spec = body.get("spec") if isinstance(body.get("spec"), Mapping) else {}
+        answer: dict[str, Any] = {"kind": t.kind, "apiVersion": t.api_version,
+                                  "metadata": {k: v for k, v in (body.get("metadata") or {}).items()
+                                               if k in ("name", "generateName", "labels", "annotations")}}
+        if t.kind == "SelfSubjectAccessReview":
+            answer.update(spec=spec, status={"allowed": True})
+        elif t.kind == "SelfSubjectRulesReview":
+            answer.update(spec=spec, status={
+                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}], "incomplete": False})
+        else:
+            groups = [g.strip() for g in request.headers.getlist("impersonate-group") if g.strip()]
+            answer["metadata"]["creationTimestamp"] = _rfc3339(self.store.clock())
+            answer["status"] = {"userInfo": {"username": user,
+                                             "groups": [*(groups or ["system:masters"]), "system:authenticated"]}}
+        return _json(answer, status_code=201)
+
     async def _finalize(self, request: Request, ref: ObjectRef) -> Response:
-        body = _json_body(await request.body())
+        body = await _request_body(request)
         finalizers = ((body.get("spec") or {}) if isinstance(body, Mapping) else {}).get("finalizers") or []
 
         def op() -> dict[str, Any]:
@@ -1005,7 +1186,7 @@ class StandIn:
 
     async def _delete(self, request: Request, t: ResourceType, ref: ObjectRef, params: Mapping[str, str],
                       user: str) -> Response:
-        options = _delete_options(await request.body(), params)
+        options = _delete_options(await _request_body(request), params)
 
         def op() -> DeleteResult:
             current = self._existing(t, ref)
@@ -1027,7 +1208,7 @@ class StandIn:
 
     async def _delete_collection(self, request: Request, t: ResourceType, namespace: str | None,
                                  params: Mapping[str, str], user: str) -> Response:
-        options = _delete_options(await request.body(), params)
+        options = _delete_options(await _request_body(request), params)
         match = _matcher(params)
         results, warnings = await self._mutate(lambda: self.store.delete_collection(
             t.group_resource, namespace or None if t.namespaced else "", user=user,
@@ -1037,8 +1218,12 @@ class StandIn:
                       "items": [r.object for r in results]}, warnings=warnings)
 
     # --- watch ----------------------------------------------------------------------------------------
-    async def _watch(self, t: ResourceType, namespace: str | None, params: Mapping[str, str]) -> Response:
+    async def _watch(self, t: ResourceType, namespace: str | None, params: Mapping[str, str],
+                     form: _OutputForm) -> Response:
         match = _matcher(params)
+        printer = await self.read(lambda: self._printer(t)) if form.table else None
+        if printer is not None:
+            self._table(printer, [], "", form)  # a bad includeObject is a 400 before the stream starts
         selective = bool(params.get("labelSelector") or params.get("fieldSelector"))
         gr = t.group_resource
         raw_rv = params.get("resourceVersion", "")
@@ -1110,7 +1295,14 @@ class StandIn:
         unsubscribe, start_rv, initial = subscribed
         self._watches.add(queue)
 
+        headers = [True]  # a Table watch sends the column definitions with the first event only
+
         def line(kind: str, obj: Mapping[str, Any]) -> bytes:
+            if printer is not None:
+                md = obj.get("metadata") or {}
+                obj = self._table(printer, [dict(obj)], str(md.get("resourceVersion", "")), form,
+                                  headers=headers[0], is_list=False)
+                headers[0] = False
             return orjson.dumps({"type": kind, "object": obj}) + b"\n"
 
         def bookmark(rv: int, *, initial_end: bool = False) -> bytes:
@@ -1156,13 +1348,15 @@ class StandIn:
 
 
 # --- helpers -----------------------------------------------------------------------------------------
-_SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "finalize": ["update"]}
+_SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "finalize": ["update"], "scale": ["get", "patch", "update"]}
 
 
 def _subresources(t: ResourceType, status: bool) -> list[str]:
     subs = ["status"] if status else []
     if t.group_resource == NAMESPACES:
         subs.append("finalize")
+    if t.group_resource in SCALABLE:
+        subs.append("scale")
     return subs
 
 
@@ -1176,7 +1370,7 @@ def _version_order(version: str) -> tuple[int, int, int]:
 
 
 def _group_order(group: str) -> tuple[int, str]:
-    builtin = {t.group for t in WELL_KNOWN if t.group not in NOT_BUILTIN_GROUPS}
+    builtin = {t.group for t in (*WELL_KNOWN, *REVIEWS.values()) if t.group not in NOT_BUILTIN_GROUPS}
     return (0 if group in builtin else 1, group)
 
 
@@ -1187,30 +1381,58 @@ def _api_group_doc(group: str, versions: list[str]) -> dict[str, Any]:
             "preferredVersion": entries[0]}
 
 
-def _aggregated(groups: Mapping[str, Mapping[str, list[_Served]]]) -> dict[str, Any]:
+def _aggregated(groups: Mapping[str, Mapping[str, list[_Served]]], stale: Iterable[str] = ()) -> dict[str, Any]:
     """An apidiscovery.k8s.io/v2 APIGroupDiscoveryList (kubectl-stand-in.md §2)."""
     items = []
     for group, versions in groups.items():
         entries = []
         for version in sorted(versions, key=_version_order):  # the preferred version first
             resources = []
-            for t, status, categories in versions[version]:
+            for t, status, categories, verbs in versions[version]:
                 kind = {"group": t.group, "version": t.version, "kind": t.kind}
                 resource: dict[str, Any] = {
                     "resource": t.plural, "responseKind": kind, "scope": "Namespaced" if t.namespaced else "Cluster",
-                    "singularResource": t.singular, "verbs": VERBS}
+                    "singularResource": t.singular, "verbs": list(verbs)}
                 if t.short_names:
                     resource["shortNames"] = list(t.short_names)
                 if categories:
                     resource["categories"] = list(categories)
                 subs = _subresources(t, status)
                 if subs:
-                    resource["subresources"] = [{"subresource": s, "responseKind": kind,
+                    resource["subresources"] = [{"subresource": s, "responseKind": SCALE_KIND if s == "scale" else kind,
                                                  "verbs": _SUBRESOURCE_VERBS[s]} for s in subs]
                 resources.append(resource)
-            entries.append({"version": version, "resources": resources, "freshness": "Current"})
+            entries.append({"version": version, "resources": resources,
+                            "freshness": "Stale" if group in stale else "Current"})
         items.append({"metadata": {"name": group}, "versions": entries})
     return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items}
+
+
+class _OutputForm(NamedTuple):
+    """What a GET answers: the object(s) as stored, or a meta.k8s.io Table of them (kubectl get)."""
+
+    table: bool = False
+    group_version: str = "meta.k8s.io/v1"
+    include_object: str = ""
+
+
+TABLE_VERSIONS = ("v1", "v1beta1")
+
+
+def _output_form(request: Request, params: Mapping[str, str]) -> _OutputForm:
+    """The first form of the Accept header this stand-in serves: `application/json;as=Table;v=v1;g=meta.k8s.io`
+    (or v1beta1) for a Table, plain JSON otherwise (protobuf and YAML answers are not served, so those
+    entries are passed over; so are PartialObjectMetadata forms)."""
+    for media in request.headers.get("accept", "").split(","):
+        kind, *options = (p.strip() for p in media.split(";"))
+        opts = {k.strip().lower(): v.strip() for k, _, v in (o.partition("=") for o in options)}
+        if kind.lower() not in ("application/json", "application/*", "*/*"):
+            continue
+        if "as" not in opts:
+            return _OutputForm()
+        if opts["as"] == "Table" and opts.get("g") == "meta.k8s.io" and opts.get("v") in TABLE_VERSIONS:
+            return _OutputForm(True, f"meta.k8s.io/{opts['v']}", params.get("includeObject", ""))
+    return _OutputForm()
 
 
 def _wants_aggregated(request: Request) -> bool:
@@ -1263,15 +1485,100 @@ _FALLBACK_CRD: dict[str, Any] = {"spec": {"versions": [{"name": "v1alpha1", "sch
 def _json(doc: Any, *, status_code: int = 200, media_type: str = "application/json",
           warnings: Iterable[str] = ()) -> Response:
     response = Response(orjson.dumps(doc), status_code=status_code, media_type=media_type)
-    for warning in warnings:
-        # RFC 7234 warn-code 299 with a quoted text; kubectl prints "Warning: <text>".
-        text = warning.replace("\\", "\\\\").replace('"', '\\"')
-        response.headers.append("Warning", f'299 - "{text}"')
+    # Raw UTF-8 bytes: Starlette's `headers.append` encodes latin-1 and fails on "…".
+    response.raw_headers.extend((b"warning", value) for value in warning_headers(warnings))
     return response
+
+
+# k8s.io/apiserver/pkg/endpoints/filters/warning.go: past 4 KiB of warning text (in runes) every
+# warning is cut to 256 runes.
+WARNING_TOTAL_RUNES = 4 * 1024
+WARNING_ITEM_RUNES = 256
+
+
+def _warning_header(text: str) -> bytes | None:
+    """k8s.io/apimachinery util/net NewWarningHeader(299, "-", text): None if text has control characters."""
+    if any(unicodedata.category(ch) == "Cc" for ch in text):
+        return None
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{quoted}"'.encode()  # RFC 7234 warn-code 299; UTF-8 left as is, as Go writes it
+
+
+def warning_headers(warnings: Iterable[str]) -> list[bytes]:
+    """`Warning` header values as the API server's warning recorder writes them: empty and repeated
+    texts dropped, texts with control characters dropped, everything cut to 256 runes once the
+    total passes 4096 runes. Text is written as raw UTF-8 (kubectl prints it as such)."""
+    headers: list[bytes] = []
+    recorded: set[str] = set()
+    ordered: list[str] = []
+    written, truncating = 0, False
+    for text in warnings:
+        if not text or text in recorded:
+            continue
+        if written >= WARNING_TOTAL_RUNES and truncating:
+            break
+        recorded.add(text)
+        ordered.append(text)
+        if truncating:
+            text = text[:WARNING_ITEM_RUNES]
+        header = _warning_header(text)
+        if header is None:
+            continue
+        if written + len(text) <= WARNING_TOTAL_RUNES or truncating:
+            written += len(text)
+            headers.append(header)
+            continue
+        truncating, written, headers = True, 0, []
+        for earlier in ordered:
+            cut = earlier[:WARNING_ITEM_RUNES]
+            again = _warning_header(cut)
+            if again is not None:
+                written += len(cut)
+                headers.append(again)
+    return headers
 
 
 def _status(error: APIError) -> Response:
     return _json(error.status(), status_code=error.code, warnings=getattr(error, "warnings", ()))
+
+
+def _apply_defaults(value: Any, schema: Mapping[str, Any]) -> None:
+    """structuraldefaulting.Default: fill missing (or null, unless nullable) properties with their
+    schema `default`, then recurse into properties, additionalProperties and array items."""
+    if isinstance(value, dict):
+        found = schema.get("properties")
+        properties: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        for key, prop in properties.items():
+            if isinstance(prop, Mapping) and "default" in prop and (
+                    key not in value or (value[key] is None and not prop.get("nullable"))):
+                value[key] = copy.deepcopy(prop["default"])
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            prop = properties.get(key)
+            if isinstance(prop, Mapping):
+                _apply_defaults(item, prop)
+            elif isinstance(extra, Mapping):
+                _apply_defaults(item, extra)
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        for item in value:
+            _apply_defaults(item, schema["items"])
+
+
+def _scale_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The autoscaling/v1 Scale of a workload (k8s registry apps/deployment scaleFromDeployment)."""
+    md = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    selector = tables.selector_string(spec.get("selector"))
+    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                         if k in md},
+            "spec": {"replicas": spec.get("replicas", 1)},  # the API server defaults replicas to 1
+            "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
+                       **({"selector": selector} if selector else {})}}
+
+
+def _rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def _not_served() -> APIError:
@@ -1285,7 +1592,8 @@ def _method_not_allowed(method: str) -> APIError:
 
 def _conflict(gr: GroupResource, name: str) -> APIError:
     return APIError(409, "Conflict", f'Operation cannot be fulfilled on {gr} "{name}": the object has been '
-                    "modified; please apply your changes to the latest version and try again")
+                    "modified; please apply your changes to the latest version and try again",
+                    details={"name": name, "group": gr.group, "kind": gr.resource})
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -1300,8 +1608,37 @@ def _json_body(raw: bytes) -> Any:
         raise APIError(400, "BadRequest", f"the body of the request could not be decoded as JSON: {exc}") from exc
 
 
-def _object_body(raw: bytes, t: ResourceType) -> dict[str, Any]:
-    body = _json_body(raw)
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _decode_body(raw: bytes, media: str) -> Any:
+    """A request body as JSON data, from JSON, YAML or Kubernetes protobuf (what client-go sends)."""
+    if media == protobuf.MEDIA_TYPE:
+        try:
+            return protobuf.decode(raw)
+        except protobuf.UnsupportedKind as exc:
+            raise APIError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                           f"{exc}; send it as application/json (kubectl create -f / kubectl apply -f)") from exc
+        except protobuf.ProtobufError as exc:
+            raise APIError(400, "BadRequest", f"the body of the request could not be decoded: {exc}") from exc
+    if media in ("application/yaml", "application/x-yaml", "text/yaml"):
+        try:
+            return yaml.safe_load(raw) if raw.strip() else {}
+        except yaml.YAMLError as exc:
+            raise APIError(400, "BadRequest", f"the body of the request could not be decoded as YAML: {exc}") from exc
+    if media not in ("", "application/json", "*/*"):
+        raise APIError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - "{media}"; '
+                       "accepted media types include: application/json, application/yaml, "
+                       "application/vnd.kubernetes.protobuf")
+    return _json_body(raw)
+
+
+async def _request_body(request: Request) -> Any:
+    return _decode_body(await request.body(), _media_type(request))
+
+
+def _object_body(body: Any, t: ResourceType) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise APIError(400, "BadRequest", "the body of the request must be a JSON object")
     # The API server defaults apiVersion/kind from the URL and rejects a body of another type.
@@ -1332,9 +1669,8 @@ def _dry_run(params: Mapping[str, str]) -> bool:
     return params.get("dryRun") == "All"
 
 
-def _delete_options(raw: bytes, params: Mapping[str, str]) -> dict[str, Any]:
+def _delete_options(body: Any, params: Mapping[str, str]) -> dict[str, Any]:
     """metav1.DeleteOptions from the body and the query (the query wins, as in the API server)."""
-    body = _json_body(raw)
     body = body if isinstance(body, Mapping) else {}
     preconditions = body.get("preconditions") or {}
     propagation = params.get("propagationPolicy") or body.get("propagationPolicy")
