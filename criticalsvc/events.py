@@ -37,7 +37,9 @@ class EventRecorder:
     def denial(self, *, service: str, service_uid: str, target: ObjectRef, message: str, now: float,
                user: str = "") -> dict[str, Any] | None:
         """The Event to create or update for this denial, or None when rate-limited."""
-        key = (service, str(target), "DeletionBlocked")
+        # The uid is part of the key: a CriticalService re-created under the same name is another
+        # object, and its denials must not be counted onto the old one's Event (which names the old uid).
+        key = (service, service_uid, str(target))
         previous = self._seen.get(key)
         if previous is not None and now - previous[0] < self.window:
             first, count, name = previous

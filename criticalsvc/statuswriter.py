@@ -56,7 +56,9 @@ class StatusWriter:
         self.recorder = recorder or EventRecorder()
         self.leading = False
         self.writes = 0
-        self._written: dict[str, dict[str, Any]] = {}
+        # Keyed by (name, uid), not name alone: a CriticalService deleted and re-created under the same name is a new
+        # object with no status; it must get its own, not inherit (or be skipped as equal to) the old one's.
+        self._written: dict[tuple[str, str], dict[str, Any]] = {}
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1000)
         self._wake = asyncio.Event()
 
@@ -70,12 +72,15 @@ class StatusWriter:
         api = client.CustomObjectsApi(self.api_client)
         state = self.source.state
         written = 0
-        for cs in sorted(state.critical_services(), key=lambda c: c.name):
+        services = sorted(state.critical_services(), key=lambda c: c.name)
+        for gone in self._written.keys() - {(cs.name, cs.uid) for cs in services}:
+            del self._written[gone]
+        for cs in services:
             try:
-                status = compute_status(cs, state, now=self.clock(), previous=self._written.get(cs.name))
+                status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)))
             except StateUnavailable:
                 continue
-            if cs.name in self._written and same_status(self._written[cs.name], status):
+            if (cs.name, cs.uid) in self._written and same_status(self._written[cs.name, cs.uid], status):
                 continue
             try:
                 await api.patch_cluster_custom_object_status(
@@ -84,7 +89,7 @@ class StatusWriter:
             except Exception as exc:  # a failed write is retried on the next round
                 log.warning("status write failed", critical_service=cs.name, error=str(exc))
                 continue
-            self._written[cs.name] = status
+            self._written[cs.name, cs.uid] = status
             written += 1
         self.writes += written
         return written

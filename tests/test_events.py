@@ -33,3 +33,16 @@ def test_denial_after_window_starts_a_new_event():
     first = rec.denial(service="cs", service_uid="u", target=TARGET, message="m", now=0)
     second = rec.denial(service="cs", service_uid="u", target=TARGET, message="m", now=61)
     assert first["metadata"]["name"] != second["metadata"]["name"] and second["count"] == 1
+
+
+def test_a_recreated_critical_service_gets_its_own_event():
+    """Deleted and re-created under the same name (a new uid): its denials start a new Event naming the
+    new uid, rather than raising the count of the old object's Event (which `kubectl describe` of the
+    new object would never show)."""
+    rec = EventRecorder()
+    old = rec.denial(service="cs", service_uid="old-uid", target=TARGET, message="m", now=100)
+    again = rec.denial(service="cs", service_uid="old-uid", target=TARGET, message="m", now=101)
+    new = rec.denial(service="cs", service_uid="new-uid", target=TARGET, message="m", now=102)
+    assert again["metadata"]["name"] == old["metadata"]["name"] and again["count"] == 2  # control: same object
+    assert new["metadata"]["name"] != old["metadata"]["name"]
+    assert new["count"] == 1 and new["involvedObject"]["uid"] == "new-uid"

@@ -146,3 +146,37 @@ def test_denial_becomes_an_event_and_dry_run_does_not(cluster):
     assert event["reason"] == "DeletionBlocked" and event["type"] == "Warning"
     assert event["involvedObject"]["name"] == "for-finalizer-deployment"
     assert "requested by alice" in event["message"]
+
+
+def test_a_recreated_critical_service_gets_a_status_of_its_own(cluster):
+    """Deleted and re-created under the same name: the new object is written a status (it has none, the
+    old one's equal status must not make the writer skip it), with conditions no older than itself."""
+    store, url = cluster
+    cs = httpx.get(f"{url}{CS_PATH}").json()
+
+    def status() -> Any:
+        return httpx.get(f"{url}{CS_PATH}").json().get("status")
+
+    async def main() -> None:
+        writer = _writer(store, url, "replica-a")
+        try:
+            assert await writer.sync_once() >= 1
+            first = await asyncio.to_thread(status)
+            assert first and first["conditions"]
+            await asyncio.to_thread(lambda: httpx.delete(f"{url}{CS_PATH}").raise_for_status())
+            assert await asyncio.to_thread(lambda: httpx.get(f"{url}{CS_PATH}").status_code) == 404
+            await asyncio.sleep(1.1)  # creationTimestamp has a resolution of one second
+            fresh = {k: v for k, v in cs.items() if k != "status"}
+            fresh["metadata"] = {"name": cs["metadata"]["name"]}
+            await asyncio.to_thread(lambda: httpx.post(f"{url}/apis/criticalsvc.io/v1alpha1/criticalservices",
+                                                       json=fresh).raise_for_status())
+            assert await writer.sync_once() >= 1, "the re-created object was skipped"
+        finally:
+            await writer.api_client.close()
+
+    asyncio.run(main())
+    recreated = httpx.get(f"{url}{CS_PATH}").json()
+    assert recreated["metadata"]["uid"] != cs["metadata"]["uid"]
+    created = recreated["metadata"]["creationTimestamp"]
+    assert recreated["status"]["conditions"], recreated
+    assert all(c["lastTransitionTime"] >= created for c in recreated["status"]["conditions"])
