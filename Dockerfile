@@ -24,4 +24,4 @@ USER 65532:65532
 WORKDIR /
 EXPOSE 8443 8081
 ENTRYPOINT ["criticalsvc"]
-CMD ["serve", "--listen", ":8443", "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key", "--ops-listen", ":8081"]
+CMD ["serve", "--listen", ":8443", "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key", "--ops-listen", ":8081", "--shutdown-delay", "5"]

@@ -150,6 +150,25 @@ class StaticStateSource:
         return dict(Tally(str(obj.group_resource) for obj in self._state.objects()))
 
 
+class _CloseWhenTerminating:
+    """ASGI middleware: once the webhook is terminating, every HTTP answer carries `Connection: close`."""
+
+    def __init__(self, app: Any, *, webhook: Webhook) -> None:
+        self.app, self.webhook = app, webhook
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not self.webhook.terminating:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_closing(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, send_closing)
+
+
 class Webhook:
     """The request handlers and what they need; `webhook_app()` / `ops_app()` wrap them as ASGI apps."""
 
@@ -175,13 +194,31 @@ class Webhook:
         # Called with every final decision (e.g. the status writer's Event recorder); must not block.
         self.on_decision = on_decision
         self.log: FilteringBoundLogger = get_logger("criticalsvc.server")
+        # Set by `begin_termination()` (SIGTERM): /readyz fails, so the Service stops sending new
+        # connections here, while reviews are still answered - each with `Connection: close`.
+        self.terminating = False
         if isinstance(source, CountsObjects):
             self.metrics.observe_cache_objects(source.counts)
+
+    def begin_termination(self) -> None:
+        """The first step of a graceful stop: leave the Service's endpoints, keep answering.
+
+        Between SIGTERM and the moment the Service (kube-proxy, a load balancer) stops routing here,
+        reviews keep arriving, some on keep-alive connections the API server already holds. Closing an
+        idle connection races with a review being sent on it, and the API server does not re-send a
+        POST that met a closed connection (Go's net/http retries only idempotent requests): the review
+        fails with `EOF`, a failed admission call. So for a while (serve --shutdown-delay) the gate still
+        answers, reports not ready, and marks every answer `Connection: close`: the client, not the
+        gate, ends each connection after its answer, and opens the next one to a ready replica.
+        """
+        self.terminating = True
 
     # --- apps -------------------------------------------------------------------------------------
     def webhook_app(self) -> Starlette:
         """/validate plus the ops endpoints: what the TLS listener serves."""
-        return self._app([Route("/validate", self.validate, methods=["POST"]), *self._ops_routes()])
+        app = self._app([Route("/validate", self.validate, methods=["POST"]), *self._ops_routes()])
+        app.add_middleware(_CloseWhenTerminating, webhook=self)
+        return app
 
     def ops_app(self) -> Starlette:
         """/healthz, /readyz and /metrics only: what the plain-HTTP ops listener serves."""
@@ -204,6 +241,8 @@ class Webhook:
         return Response(b"ok\n", media_type="text/plain")
 
     async def readyz(self, request: Request) -> Response:
+        if self.terminating:
+            return _json({"ready": False, "reason": "shutting down"}, status=503)
         if self.source.ready:
             return _json({"ready": True})
         return _json({"ready": False, "reason": self._not_ready_reason()}, status=503)

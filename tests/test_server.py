@@ -266,6 +266,24 @@ async def test_not_ready_gives_503_until_ready(source: StaticStateSource) -> Non
     assert (await post_review(webhook, DELETE_PROVIDER)).status_code == 200
 
 
+async def test_terminating_reports_not_ready_but_answers_and_closes_connections(source: StaticStateSource) -> None:
+    """After SIGTERM (begin_termination) the Service must stop routing here, and the API server must not
+    reuse its connections, yet every review still gets the real answer: /readyz 503 "shutting down" on both
+    listeners, /validate the same decision as before, with `Connection: close`."""
+    webhook = make_webhook(source)
+    before = await post_review(webhook, DELETE_PROVIDER)
+    assert "connection" not in before.headers  # control: keep-alive while serving normally
+    webhook.begin_termination()
+    after = await post_review(webhook, DELETE_PROVIDER)
+    assert after.status_code == 200 and after.headers["connection"] == "close"
+    assert after.json()["response"] == before.json()["response"]
+    for ops in (False, True):
+        async with client_for(webhook, ops=ops) as client:
+            ready = await client.get("/readyz")
+            assert (await client.get("/healthz")).status_code == 200  # alive: no restart wanted
+        assert ready.status_code == 503 and ready.json() == {"ready": False, "reason": "shutting down"}
+
+
 async def test_ops_app_serves_probes_and_metrics_but_not_validate(source: StaticStateSource) -> None:
     """The plain-HTTP ops app answers /healthz, /readyz, /metrics and has no /validate."""
     async with client_for(make_webhook(source), ops=True) as client:

@@ -359,6 +359,38 @@ async def test_sigterm_exits_zero_with_idle_keepalive_connection(pki: PKI, tmp_p
         server.stop()
 
 
+async def test_sigterm_with_a_shutdown_delay_keeps_answering_not_ready_then_exits(pki: PKI, tmp_path: Path) -> None:
+    """--shutdown-delay: after SIGTERM /readyz is 503 at once, yet a review sent on a keep-alive
+    connection the client already holds is answered (with `Connection: close`, so the client does not
+    reuse it); the process exits 0 once the delay is over."""
+    delay = 2.0
+    server = start_server(tmp_path, install(pki.server, tmp_path), "--shutdown-delay", str(delay))
+    try:
+        await wait_ready(server)
+        async with httpx.AsyncClient(verify=client_context(pki.server_ca),
+                                     base_url=f"https://localhost:{server.port}") as client:
+            first = await client.post("/validate", content=orjson.dumps(DELETE_PROVIDER),
+                                      headers={"content-type": "application/json"})
+            assert first.status_code == 200 and "connection" not in first.headers
+            started = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+
+            async def not_ready() -> bool:
+                async with httpx.AsyncClient() as ops:
+                    return (await ops.get(f"http://127.0.0.1:{server.ops_port}/readyz")).status_code == 503
+
+            await poll(not_ready, "/readyz to fail after SIGTERM")
+            second = await client.post("/validate", content=orjson.dumps(DELETE_PROVIDER),
+                                       headers={"content-type": "application/json"})
+            assert time.monotonic() - started < delay, "the review came too late to show anything"
+        assert second.status_code == 200 and second.headers["connection"] == "close"
+        assert second.json()["response"]["allowed"] is False
+        code = await asyncio.to_thread(server.process.wait, DEADLINE)
+        assert code == 0 and time.monotonic() - started >= delay
+    finally:
+        server.stop()
+
+
 # --- in-process: the Service object ----------------------------------------------------------------
 def protected_allow_state() -> StaticStateSource:
     """The reference story with its criteria met: deleting the provider is an ALLOW that needs confirming."""
@@ -453,6 +485,7 @@ BAD_FLAGS = [
     ({"--tls-key": str(STORY)}, "--tls-cert/--tls-key: cannot load the certificate and key"),
     ({"--tls-cert": "", "--tls-key": ""}, "--tls-cert/--tls-key: required"),
     ({"--state": "", "--kubeconfig": "/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig: no such kubeconfig file"),
+    ({"--shutdown-delay": "-1"}, "--shutdown-delay: must be between 0 and 300 seconds, got -1"),
 ]
 
 

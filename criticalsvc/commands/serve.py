@@ -10,7 +10,10 @@ plugs in. Port 0 picks free ports; the real ones are logged (`event="listening"`
 --port-file, written as JSON ({"listen": PORT, "ops_listen": PORT or null}) before serving starts.
 
 Signals: SIGTERM/SIGINT shut down gracefully (in-flight reviews finish, exit 0); SIGHUP reloads the
-serving certificate at once (it is also reloaded within --cert-check-interval of a change).
+serving certificate at once (it is also reloaded within --cert-check-interval of a change). With
+--shutdown-delay N, SIGTERM first turns /readyz to 503 and keeps answering reviews for N seconds, each
+with `Connection: close`, so that a Service in front stops routing here before the gate stops listening
+(server.Webhook.begin_termination says why; the shipped Deployment sets 5 s). SIGINT skips the delay.
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ def register(sub: Any) -> None:
                    help="reject AdmissionReview bodies over N bytes with HTTP 413 (default: %(default)s, 3 MiB)")
     p.add_argument("--cert-check-interval", type=float, default=CERT_CHECK_INTERVAL, metavar="SECONDS",
                    help="how often to check the certificate files for a change (default: %(default)s)")
+    p.add_argument("--shutdown-delay", type=float, default=0.0, metavar="SECONDS",
+                   help="on SIGTERM, keep answering (not ready, Connection: close) this long before draining, "
+                        "while the Service stops routing here (default: %(default)s; the Deployment sets 5)")
     p.add_argument("--port-file", metavar="PATH", help="write the bound ports here as JSON once listening")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     p.add_argument("--identity", default=os.environ.get("POD_NAME") or socket.gethostname(),
@@ -97,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     embedded_listen = parse_endpoint(args.embedded_listen, flag="--embedded-listen") if args.embedded else None
     if args.cert_check_interval <= 0:
         raise InvalidInput("--cert-check-interval", "must be a positive number of seconds")
+    if not 0 <= args.shutdown_delay <= 300:
+        raise InvalidInput("--shutdown-delay", f"must be between 0 and 300 seconds, got {args.shutdown_delay:g}")
     if args.embedded and args.state:
         raise InvalidInput("--embedded", "serves the embedded cluster's live state; it cannot be combined with --state")
     if (not args.tls_cert or not args.tls_key) and not args.embedded:
@@ -196,7 +204,8 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             # Embedded: the API server is the gate's client, so it stops first - its in-flight requests
             # (and so their reviews) finish while the gate still serves, and its webhook connections
             # close - and then the gate drains, with nothing left to wait for.
-            await _serve(service, before_drain=cluster.stop if cluster is not None else None)
+            await _serve(service, before_drain=cluster.stop if cluster is not None else None,
+                         shutdown_delay=args.shutdown_delay)
         finally:
             for task in tasks:
                 task.cancel()
@@ -223,8 +232,10 @@ def _freeze_startup_heap() -> None:
     gc.freeze()
 
 
-async def _serve(service: Service, *, before_drain: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Serve until SIGTERM/SIGINT; then await `before_drain()` (if any) and let the service drain."""
+async def _serve(service: Service, *, before_drain: Callable[[], Awaitable[None]] | None = None,
+                 shutdown_delay: float = 0.0) -> None:
+    """Serve until SIGTERM/SIGINT; after SIGTERM keep answering for `shutdown_delay` seconds while
+    reporting not ready; then await `before_drain()` (if any) and let the service drain."""
     import asyncio
 
     from ..logs import get_logger
@@ -232,10 +243,13 @@ async def _serve(service: Service, *, before_drain: Callable[[], Awaitable[None]
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     log = get_logger("criticalsvc.serve")
+    delay = [0.0]
 
     def _shutdown(signame: str) -> None:
         if not stop.is_set():
-            log.info("shutting down", signal=signame)
+            delay[0] = shutdown_delay if signame == "SIGTERM" else 0.0
+            service.webhook.begin_termination()
+            log.info("shutting down", signal=signame, shutdown_delay=delay[0])
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -244,6 +258,8 @@ async def _serve(service: Service, *, before_drain: Callable[[], Awaitable[None]
 
     async def trigger() -> None:  # awaited by each listener: `before_drain` must be idempotent
         await stop.wait()
+        if delay[0] > 0:
+            await asyncio.sleep(delay[0])  # not ready, still answering: the Service routes elsewhere
         if before_drain is not None:
             await before_drain()
 

@@ -39,6 +39,9 @@ def criticalsvc(*args: str, input: str | None = None) -> str:
     return done.stdout
 
 
+SHUTDOWN_DELAY = 1.5
+
+
 @attrs.define
 class GateProcess:
     """One `criticalsvc serve` replica in live mode."""
@@ -117,7 +120,10 @@ class InstalledGate:
     def add_replica(self) -> GateProcess:
         """One more replica behind the load balancer (ports fixed for its lifetime, so restarts keep them)."""
         assert self.balancer is not None, "start_behind_service first"
-        gate = self.replica(len(self.replicas), webhook_port=free_port(), ops_port=free_port())
+        # As the shipped Deployment does (--shutdown-delay 5), a stopping replica answers, not ready, until
+        # the balancer's next health checks have taken it out (every 0.25 s here, so 1.5 s is plenty).
+        gate = self.replica(len(self.replicas), webhook_port=free_port(), ops_port=free_port(),
+                            extra_args=("--shutdown-delay", str(SHUTDOWN_DELAY)))
         self.replicas.append(gate)
         self.balancer.set_backends([Backend(g.process.name, g.webhook_port, g.ops_port) for g in self.replicas])
         return gate.start()
