@@ -99,7 +99,7 @@ def ensure_built(minor: str, *, log: Any = None) -> Binaries:
         version = KUBERNETES_VERSIONS[minor]
         etcd_dir = root / f"etcd-{ETCD_VERSION}"
         if not (etcd_dir / "etcd").is_file():
-            _build(HERE / ETCD_MODULE, ["."], etcd_dir, say=say, what=f"etcd {ETCD_VERSION}")
+            _build(HERE / ETCD_MODULE, ["."], etcd_dir, say=say, what=f"etcd {ETCD_VERSION}", output="etcd")
         k8s_dir = root / f"kubernetes-{version}"
         if not all((k8s_dir / name).is_file() for name in KUBERNETES_COMMANDS):
             packages = [f"k8s.io/kubernetes/cmd/{name}" for name in KUBERNETES_COMMANDS]
@@ -117,13 +117,16 @@ def _layout(minor: str) -> Binaries:
                     kube_controller_manager=k8s_dir / "kube-controller-manager", kubectl=k8s_dir / "kubectl")
 
 
-def _build(module: Path, packages: list[str], target: Path, *, say: Any, what: str) -> None:
+def _build(module: Path, packages: list[str], target: Path, *, say: Any, what: str, output: str = "") -> None:
+    """`go build` `packages` of `module` into `target`: each binary named after its package's last path
+    element, or `output` for a single package (`go build -o DIR/ .` would name it after the module's
+    directory, `etcd-3.6`)."""
     say(f"building {what} into {target} (a cold build takes minutes) ...")
     started = time.monotonic()
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         # -mod=readonly: go.mod and go.sum are committed; a build never rewrites them.
-        subprocess.run(["go", "build", "-mod=readonly", *GO_BUILD_FLAGS, "-o", f"{staging}/", *packages],
+        subprocess.run(["go", "build", "-mod=readonly", *GO_BUILD_FLAGS, "-o", f"{staging}/{output}", *packages],
                        cwd=module, check=True)
         if target.exists():
             shutil.rmtree(target)
