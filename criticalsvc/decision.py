@@ -197,9 +197,11 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
         protected = True
         services = sorted(cs.name for cs in state.critical_services())
         if services:
+            some = "1 CriticalService still exists" if len(services) == 1 else \
+                f"{len(services)} CriticalServices still exist"
             blocks.append(Block(
-                f"{len(services)} CriticalServices still exist (first: {', '.join(services[:3])}); deleting "
-                "their CRD would remove them without admission and lift all protection - delete them first"))
+                f"{some} (first: {', '.join(services[:3])}); deleting their CRD would remove them without "
+                "admission and lift all protection - delete them first"))
     for cs in sorted(state.protecting(ref), key=lambda c: c.name):
         protected = True
         blocks += _criteria_blocks(cs, state, "protects it")

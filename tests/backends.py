@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -149,3 +150,22 @@ class RealBackend:
 
     def gate_log(self) -> str:
         return "\n".join(g.process.log_path.read_text() for g in self.cluster.gate.replicas)
+
+
+# --- helpers of the tests that run on both clusters -----------------------------------------------------
+def unique(prefix: str) -> str:
+    """A name no other test uses (the real cluster is shared by the session)."""
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    """A command's stdout, after asserting it succeeded."""
+    assert result.returncode == 0, f"{result.args}: {result.stderr}"
+    return str(result.stdout)
+
+
+def deployment_manifest(name: str, namespace: str, replicas: int = 1) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "web", "image": "registry.example.com/web:1"}]}}}}

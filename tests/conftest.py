@@ -79,3 +79,16 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         code, _ = embedded.stop()
         embedded.log.close()
         assert code == 0, "serve --embedded did not shut down cleanly within 10 s of SIGTERM"
+
+
+@pytest.fixture
+def namespace(cluster: Backend) -> Iterator[str]:
+    """A fresh namespace on the `cluster`, deleted afterwards."""
+    from tests.backends import unique
+
+    name = unique("api")
+    created = cluster.admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                          "metadata": {"name": name}})
+    assert created.status_code == 201, created.text
+    yield name
+    cluster.admin.delete(f"/api/v1/namespaces/{name}")

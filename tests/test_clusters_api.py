@@ -12,24 +12,18 @@ from __future__ import annotations
 import base64
 import json
 import re
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from criticalsvc.sim import protobuf, tables
 from criticalsvc.sim.apiserver import warning_headers
-from tests.backends import Backend
+from tests.backends import Backend, deployment_manifest, ok, unique
 from tests.realcluster.teardown import wait_for
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 # What `kubectl get` sends (kubectl get.go transformRequests).
 KUBECTL_GET = f"{TABLE},application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
-
-
-def _unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 def _columns(output: str) -> list[list[str]]:
@@ -39,29 +33,6 @@ def _columns(output: str) -> list[list[str]]:
 
 def _kinds(columns: list[dict[str, Any]]) -> list[tuple[str, str, str, int]]:
     return [(c["name"], c["type"], c["format"], c["priority"]) for c in columns]
-
-
-def _ok(result: Any) -> str:
-    assert result.returncode == 0, f"{result.args}: {result.stderr}"
-    return str(result.stdout)
-
-
-@pytest.fixture
-def namespace(cluster: Backend) -> Iterator[str]:
-    """A fresh namespace, deleted afterwards."""
-    name = _unique("api")
-    created = cluster.admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                          "metadata": {"name": name}})
-    assert created.status_code == 201, created.text
-    yield name
-    cluster.admin.delete(f"/api/v1/namespaces/{name}")
-
-
-def _deployment(name: str, namespace: str, replicas: int = 1) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"containers": [{"name": "web", "image": "registry.example.com/web:1"}]}}}}
 
 
 # --- 1. server-side printing ----------------------------------------------------------------------------
@@ -82,15 +53,15 @@ def test_kubectl_get_prints_the_servers_columns_for_built_ins(cluster: Backend, 
     """`kubectl get ns` shows STATUS, `kubectl get deploy` READY/UP-TO-DATE/AVAILABLE (-o wide adds the
     containers and the selector): the server answers Tables with the printers' columns."""
     assert cluster.admin.create(f"/apis/apps/v1/namespaces/{namespace}/deployments",
-                                _deployment("web", namespace, replicas=2)).status_code == 201
+                                deployment_manifest("web", namespace, replicas=2)).status_code == 201
 
-    ns = _columns(_ok(cluster.kubectl("get", "namespace", namespace)))
+    ns = _columns(ok(cluster.kubectl("get", "namespace", namespace)))
     assert ns[0] == ["NAME", "STATUS", "AGE"]
     assert ns[1][:2] == [namespace, "Active"]
-    deploy = _columns(_ok(cluster.kubectl("get", "deployments", "-n", namespace)))
+    deploy = _columns(ok(cluster.kubectl("get", "deployments", "-n", namespace)))
     assert deploy[0] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
     assert deploy[1][:2] == ["web", "0/2"]  # no kubelet runs pods on either cluster
-    wide = _columns(_ok(cluster.kubectl("get", "deployments", "-n", namespace, "-o", "wide")))
+    wide = _columns(ok(cluster.kubectl("get", "deployments", "-n", namespace, "-o", "wide")))
     assert wide[0] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"]
     assert wide[1][-3:] == ["web", "registry.example.com/web:1", "app=web"]
 
@@ -139,7 +110,7 @@ def test_a_table_watch_sends_the_columns_with_the_first_event_only(cluster: Back
     """`kubectl get -w`: every watch event carries a one-row Table; column definitions come once."""
     for name in ("a", "b"):
         assert cluster.admin.create(f"/apis/apps/v1/namespaces/{namespace}/deployments",
-                                    _deployment(name, namespace)).status_code == 201
+                                    deployment_manifest(name, namespace)).status_code == 201
     answer = cluster.admin.request("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments?watch=true"
                                    "&timeoutSeconds=1", headers={"Accept": KUBECTL_GET})
     events = [json.loads(line) for line in answer.text.splitlines()]
@@ -170,7 +141,7 @@ def _crd(group: str, plural: str, kind: str, columns: list[dict[str, Any]] | Non
 def test_kubectl_get_prints_a_crds_printer_columns(cluster: Backend, namespace: str) -> None:
     """A CRD's additionalPrinterColumns (JSONPath, filters, typed cells, schema defaults) after NAME;
     a CRD without columns prints NAME and AGE."""
-    group = f"{_unique('tables')}.example.com"
+    group = f"{unique('tables')}.example.com"
     columns = [{"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
                {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
                {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'}]
@@ -185,9 +156,9 @@ def test_kubectl_get_prints_a_crds_printer_columns(cluster: Backend, namespace: 
         ready = {"status": {"conditions": [{"type": "Synced", "status": "False"}, {"type": "Ready", "status": "True"}]}}
         assert cluster.admin.merge_patch(f"{base}/widgets/one/status", ready).status_code == 200
 
-        widgets = _columns(_ok(cluster.kubectl("get", f"widgets.{group}", "-n", namespace)))
+        widgets = _columns(ok(cluster.kubectl("get", f"widgets.{group}", "-n", namespace)))
         assert widgets == [["NAME", "SIZE", "MODE", "READY"], ["one", "3", "Auto", "True"]]  # Mode: the schema default
-        gadgets = _columns(_ok(cluster.kubectl("get", f"gadgets.{group}", "-n", namespace)))
+        gadgets = _columns(ok(cluster.kubectl("get", f"gadgets.{group}", "-n", namespace)))
         assert gadgets[0] == ["NAME", "AGE"] and gadgets[1][0] == "one"
         table = cluster.admin.request("GET", f"{base}/widgets", headers={"Accept": TABLE}).json()
         assert _kinds(table["columnDefinitions"]) == [("Name", "string", "name", 0), ("Size", "integer", "", 0),
@@ -204,16 +175,16 @@ def test_kubectl_get_prints_a_crds_printer_columns(cluster: Backend, namespace: 
 def test_kubectl_create_generators_send_protobuf_and_work(cluster: Backend) -> None:
     """kubectl's `create <kind>` generators send protobuf (client-go falls back to JSON after a 415 for
     CBOR only): the objects are created as asked."""
-    ns = _unique("pb")
-    assert _ok(cluster.kubectl("create", "namespace", ns)).strip() == f"namespace/{ns} created"
+    ns = unique("pb")
+    assert ok(cluster.kubectl("create", "namespace", ns)).strip() == f"namespace/{ns} created"
     try:
-        assert _ok(cluster.kubectl("create", "deployment", "web", "--image=registry.example.com/web:1",
+        assert ok(cluster.kubectl("create", "deployment", "web", "--image=registry.example.com/web:1",
                                    "--replicas=0", "--port=8080", "-n", ns)).strip() == "deployment.apps/web created"
-        assert _ok(cluster.kubectl("create", "configmap", "cfg", "--from-literal=a=b", "-n", ns)).strip() == \
+        assert ok(cluster.kubectl("create", "configmap", "cfg", "--from-literal=a=b", "-n", ns)).strip() == \
             "configmap/cfg created"
-        assert _ok(cluster.kubectl("create", "secret", "generic", "sec", "--from-literal=k=v", "-n", ns)).strip() == \
+        assert ok(cluster.kubectl("create", "secret", "generic", "sec", "--from-literal=k=v", "-n", ns)).strip() == \
             "secret/sec created"
-        assert _ok(cluster.kubectl("create", "serviceaccount", "robot", "-n", ns)).strip() == \
+        assert ok(cluster.kubectl("create", "serviceaccount", "robot", "-n", ns)).strip() == \
             "serviceaccount/robot created"
         deployment = cluster.admin.get(f"/apis/apps/v1/namespaces/{ns}/deployments/web")
         assert deployment is not None
@@ -234,9 +205,9 @@ def test_kubectl_create_generators_send_protobuf_and_work(cluster: Backend) -> N
 def test_kubectl_auth_can_i_and_whoami(cluster: Backend) -> None:
     """`kubectl auth can-i` posts a protobuf SelfSubjectAccessReview; `auth whoami` a SelfSubjectReview.
     The test's user is a cluster admin on both clusters."""
-    assert _ok(cluster.kubectl("auth", "can-i", "delete", "deployments.apps", "-n", "default")).strip() == "yes"
-    assert _ok(cluster.kubectl("auth", "can-i", "get", "/healthz")).strip() == "yes"
-    whoami = _columns(_ok(cluster.kubectl("auth", "whoami")))
+    assert ok(cluster.kubectl("auth", "can-i", "delete", "deployments.apps", "-n", "default")).strip() == "yes"
+    assert ok(cluster.kubectl("auth", "can-i", "get", "/healthz")).strip() == "yes"
+    whoami = _columns(ok(cluster.kubectl("auth", "whoami")))
     assert whoami[0] == ["ATTRIBUTE", "VALUE"] and whoami[1][0] == "Username"
     assert "system:authenticated" in whoami[2][1]
     review = cluster.admin.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
@@ -251,7 +222,7 @@ def test_a_repeated_delete_of_a_terminating_namespace_answers_it_again(cluster: 
     """Kubernetes 1.37 answers a DELETE of a namespace that is already Terminating with 200 and the
     namespace (registry/core/namespace/storage Delete: no admission, no change), not 409; kubectl
     prints `deleted` both times."""
-    ns = _unique("term")
+    ns = unique("term")
     path = f"/api/v1/namespaces/{ns}"
     assert cluster.admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                        "metadata": {"name": ns}}).status_code == 201
@@ -280,7 +251,7 @@ def test_non_ascii_webhook_warnings_reach_kubectl_as_utf8(cluster: Backend, name
     raw UTF-8, as Go's net/http writes it (apimachinery util/net NewWarningHeader)."""
     deploy_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/web"
     assert cluster.admin.create(f"/apis/apps/v1/namespaces/{namespace}/deployments",
-                                _deployment("web", namespace)).status_code == 201
+                                deployment_manifest("web", namespace)).status_code == 201
     service = f"protects-{namespace}"
     created = cluster.admin.create("/apis/criticalsvc.io/v1alpha1/criticalservices", {
         "apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": service},
@@ -293,7 +264,7 @@ def test_non_ascii_webhook_warnings_reach_kubectl_as_utf8(cluster: Backend, name
         wait_for(lambda: cluster.admin.delete(deploy_path, params={"dryRun": "All"}).status_code == 403,
                  timeout=60, what="the gate to protect the deployment")
         reason = "incident 42 … café"
-        _ok(cluster.kubectl("annotate", "deployment", "web", "-n", namespace, f"criticalsvc.io/break-glass={reason}"))
+        ok(cluster.kubectl("annotate", "deployment", "web", "-n", namespace, f"criticalsvc.io/break-glass={reason}"))
         dry = cluster.admin.delete(deploy_path, params={"dryRun": "All"})
         assert dry.status_code == 200, dry.text
         [header] = [value for name, value in dry.headers.raw if name.lower() == b"warning"]
@@ -312,9 +283,10 @@ def test_non_ascii_webhook_warnings_reach_kubectl_as_utf8(cluster: Backend, name
 # --- 5. the scale subresource; kubectl get all -----------------------------------------------------------
 def test_kubectl_scale_and_the_scale_subresource(cluster: Backend, namespace: str) -> None:
     """`kubectl scale deployment` (a merge patch of deployments/scale) and the Scale object itself."""
-    created = cluster.admin.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", _deployment("web", namespace))
+    created = cluster.admin.create(f"/apis/apps/v1/namespaces/{namespace}/deployments",
+                                   deployment_manifest("web", namespace))
     assert created.status_code == 201
-    assert _ok(cluster.kubectl("scale", "deployment", "web", "-n", namespace, "--replicas=3")).strip() == \
+    assert ok(cluster.kubectl("scale", "deployment", "web", "-n", namespace, "--replicas=3")).strip() == \
         "deployment.apps/web scaled"
     path = f"/apis/apps/v1/namespaces/{namespace}/deployments/web/scale"
     scale = cluster.admin.get(path)
@@ -343,10 +315,10 @@ def test_kubectl_scale_and_the_scale_subresource(cluster: Backend, namespace: st
 
 def test_kubectl_get_all_lists_the_all_category(cluster: Backend, namespace: str) -> None:
     """`kubectl get all` expands the `all` discovery category (deployments among its types)."""
-    assert _ok(cluster.kubectl("get", "all", "-n", namespace)).strip() == ""
+    assert ok(cluster.kubectl("get", "all", "-n", namespace)).strip() == ""
     assert cluster.admin.create(f"/apis/apps/v1/namespaces/{namespace}/deployments",
-                                _deployment("web", namespace)).status_code == 201
-    listed = _columns(_ok(cluster.kubectl("get", "all", "-n", namespace)))
+                                deployment_manifest("web", namespace)).status_code == 201
+    listed = _columns(ok(cluster.kubectl("get", "all", "-n", namespace)))
     assert ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"] in listed
     assert any(row[0] == "deployment.apps/web" for row in listed)
 
