@@ -14,7 +14,7 @@ that due time, so a stalled gate shows up as latency rather than as a politely s
 a fraction of one core, so the client does not starve the gate on a 2-core machine; `schedulerLagMaxMs`
 says how late the client itself was in sending.
 
-The requests are a fixed, seeded mix of what a gate sees (k8s-semantics.md §1, §3):
+The requests are a fixed, seeded mix of what a gate sees (design/kubernetes-semantics.md §1, §3):
 
     provider-delete        DELETE of an operator's controller Deployment (~3 KB, like a real one):
                            protected - its CRs still carry the finalizer  -> 200, allowed false, 403

@@ -3,7 +3,7 @@
 Decoding is strict about what identifies the call (apiVersion, kind, request.uid, operation,
 resource) and lenient about the rest, since the API server adds fields over releases. Every problem
 is a MalformedReview naming the field path; a server answers it with HTTP 400, the CLI with exit 2.
-The response must echo the request's uid and use the same apiVersion (k8s-semantics.md §1.4).
+The response must echo the request's uid and use the same apiVersion (design/kubernetes-semantics.md §1.4).
 """
 
 from __future__ import annotations

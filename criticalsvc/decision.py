@@ -14,7 +14,7 @@
     CREATE/UPDATE of a CriticalService  reject an invalid spec or one that closes a dependency cycle;
                                   warn when criteria objects live in the provider's own namespace
 
-Wire facts honoured (k8s-semantics.md §1, §4): `object` is null on DELETE, so everything is read from
+Wire facts honoured (design/kubernetes-semantics.md §1, §4): `object` is null on DELETE, so everything is read from
 `oldObject`; `name` is "" for items of a deletecollection, so it comes from `oldObject.metadata.name`;
 a repeated DELETE of an object that already carries deletionTimestamp already passed the gate and is
 allowed; a dry-run request gets exactly the same evaluation (this function has no side effects).

@@ -22,7 +22,7 @@ Answers, in the order they are checked:
     400  not an AdmissionReview v1: wrong Content-Type, not JSON, not an object, bad apiVersion/kind,
          no request.uid ... ; the JSON body {"error": "<field path>: <problem>"} names the field
     503  the state source is not ready; the API server then applies the webhook's failurePolicy
-         (k8s-semantics.md §1.5) - the gate does not guess on unsynced data
+         (design/kubernetes-semantics.md §1.5) - the gate does not guess on unsynced data
     200  an AdmissionReview response; an unexpected exception while deciding becomes a DENY (fail
          closed) with the exception logged, never a 500
 
@@ -74,7 +74,7 @@ ROUTINE_RULES = frozenset({Rule.UNPROTECTED, Rule.NOT_GATED})
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 # An outer bound on the live confirmation. The callback should keep its own, shorter budget (the live
 # reader uses 2 s) so that its more precise denial is the usual one; this one catches a callback that
-# hangs. The API server waits timeoutSeconds for the whole call (v1 default 10 s, k8s-semantics.md §7;
+# hangs. The API server waits timeoutSeconds for the whole call (v1 default 10 s, design/kubernetes-semantics.md §7;
 # deploy/base/webhook.yaml sets 5 s), so 3 s still leaves room for the rest of the request.
 DEFAULT_CONFIRM_TIMEOUT = 3.0
 
@@ -443,7 +443,7 @@ def _uid_of(review: Any) -> str:
 
 
 def _old_name(admission: AdmissionRequest) -> str:
-    # Items of a deletecollection arrive with name "" (k8s-semantics.md §1.1): the name is in oldObject.
+    # Items of a deletecollection arrive with name "" (design/kubernetes-semantics.md §1.1): the name is in oldObject.
     old = admission.old_object
     metadata = old.get("metadata") if old is not None else None
     name = metadata.get("name") if isinstance(metadata, Mapping) else None

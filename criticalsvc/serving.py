@@ -83,7 +83,7 @@ _release_connections_closed_while_idle()
 
 # Longer than the API server's idle-connection timeout (Go net/http: 90 s), see the module docstring.
 KEEP_ALIVE_TIMEOUT = 120.0
-# The API server's default timeoutSeconds for a webhook call (k8s-semantics.md §7).
+# The API server's default timeoutSeconds for a webhook call (design/kubernetes-semantics.md §7).
 GRACEFUL_TIMEOUT = 10.0
 # Go's TLS client gives up a handshake after 10 s (TLSHandshakeTimeout); a slower one is an attack.
 SSL_HANDSHAKE_TIMEOUT = 10.0

@@ -3,7 +3,7 @@
 The machine's `kubectl` may be the Google Cloud SDK dispatcher: it asks `/version` first and runs the
 kubectl matching the server's minor (the stand-in says 32). It caches that answer and discovery under
 --cache-dir, so every test uses a fresh one; a cache reused across stand-ins would send requests to
-types an old server served (kubectl-stand-in.md §0, §2).
+types an old server served (design/kubernetes-semantics.md §12).
 """
 
 from __future__ import annotations

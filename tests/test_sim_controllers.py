@@ -1,4 +1,4 @@
-"""The simulated controllers behave as Kubernetes' do (k8s-semantics.md), with the real gate in the loop."""
+"""The simulated controllers behave as Kubernetes' do (design/kubernetes-semantics.md §3–§6), with the real gate in the loop."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The design's reference story, torn down all at once in the simulated cluster, for every client.
 
-The design (seed 003) promises this partial order: CRs and CRD marked -> CRs finalized -> CRD
+The design (design/criticalservice.md §4) promises this partial order: CRs and CRD marked -> CRs finalized -> CRD
 finalized -> Deployment and namespace deleted -> both finalized -> CriticalService deleted last.
 The tests assert those order relations on the store's own sequence numbers (resourceVersion), not a
 transcript, over several seeds; and that without the gate the same bundle gets stuck because the
