@@ -326,14 +326,17 @@ async def test_delete_collection_honours_the_label_selector() -> None:
 
 
 @pytest.mark.anyio
-async def test_custom_resource_create_is_405_while_its_crd_terminates() -> None:
-    """Creating an instance of a terminating CRD is 405 MethodNotAllowed, as on a real cluster."""
+async def test_custom_resource_create_is_forbidden_while_its_crd_terminates() -> None:
+    """Creating an instance of a terminating CRD is 403 Forbidden (the real cluster's answer is checked by
+    tests/test_clusters_scenarios.py::test_crd_deletion_waits_for_its_crs_and_the_criticalservices_crd_is_refused)."""
     async with standin() as (_, client):
         await client.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd())
         await client.post(WIDGETS, json=widget("w1", finalizers=("example.com/cleanup",)))
         await client.delete("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com")
         reply = await client.post(WIDGETS, json=widget("w2"))
-    assert (reply.status_code, reply.json()["reason"]) == (405, "MethodNotAllowed")
+    assert (reply.status_code, reply.json()["reason"]) == (403, "Forbidden")
+    assert reply.json()["message"] == ('widgets.example.com "w2" is forbidden: create not allowed while custom '
+                                       "resource definition is terminating")
 
 
 @pytest.mark.anyio

@@ -515,7 +515,7 @@ class CacheFollowsTheStore(RuleBasedStateMachine):
         self.loop.run_until_complete(settled())
 
     def attempt(self, write: Any) -> None:
-        with contextlib.suppress(StoreAPIError):  # e.g. no such CRD (404), or it is terminating (405)
+        with contextlib.suppress(StoreAPIError):  # e.g. no such CRD (404), or it is terminating (403)
             write()
         self.settle()
 

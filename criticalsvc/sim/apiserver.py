@@ -1,7 +1,7 @@
 """The API-server stand-in: the simulator's Store served over the Kubernetes REST API.
 
 What real clients need, and only that (measured with kubectl 1.32 and the `kubernetes` Python client
-37; /work/shared/reference/kubectl-stand-in.md): `/version` (minor "32", so the Cloud SDK's kubectl
+37; design/kubernetes-semantics.md §12): `/version` (minor "32", so the Cloud SDK's kubectl
 dispatcher runs its 1.32 binary), discovery (aggregated v2 when asked with `v=v2`, legacy otherwise;
 CRD groups appear as the CRD is created and go when it is gone), `/openapi/v2` as an empty protobuf
 document (client-side validation finds no schema and passes), `/openapi/v3` for CRD-backed group
@@ -23,7 +23,9 @@ What kubectl ≥ 1.32 needs beyond that, checked against kube-apiserver 1.37 (te
   decoded otherwise (client-go falls back to JSON after a 415 for CBOR only);
 * the create-only review APIs `kubectl auth can-i` (and `--list`) and `kubectl auth whoami` post: every
   review allows (there is no authorization here); discovery categories of built-ins (`kubectl get all`);
-* custom resources get their structural schema's `default`s on every write;
+* custom resources get their structural schema's `default`s on every write, then are validated
+  against it (schema.py: OpenAPI and CEL rules, ratcheting on update, the status subresource against
+  the status schema): 422 Invalid with the real server's field errors, before any webhook is called;
 * `Warning` headers as the API server's warning recorder writes them: raw UTF-8 (a webhook's "…"
   included), deduplicated, cut to 256 runes each once they pass 4096 in total.
 Store semantics (finalizers, admission, terminating namespaces and CRDs) live in store.py; this
@@ -97,6 +99,7 @@ from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef
 from ..labels import LabelSelector, Requirement
 from ..restmapper import WELL_KNOWN, ResourceType
 from . import protobuf, tables
+from . import schema as crd_schema
 from .engine import Callback, Engine, RealTimeEngine
 from .store import APIError, DeleteResult, Store, WatchEvent, not_found
 
@@ -119,7 +122,7 @@ T = TypeVar("T")
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 SERVER_VERSION = {
     # minor "32": the Cloud SDK kubectl dispatcher runs the kubectl matching the server's minor, and
-    # 1.32 is the one measured against this stand-in (kubectl-stand-in.md §0).
+    # 1.32 is the one measured against this stand-in (design/kubernetes-semantics.md §12).
     "major": "1", "minor": "32", "gitVersion": "v1.32.0", "gitCommit": "", "gitTreeState": "clean",
     "buildDate": "2024-12-11T00:00:00Z", "goVersion": "go1.23.3", "compiler": "gc", "platform": "linux/amd64",
 }
@@ -962,6 +965,7 @@ class StandIn:
 
         def op() -> dict[str, Any]:
             self._default(t, body)
+            self._validate(t, body)
             return self.store.create(body, user=user, dry_run=_dry_run(params))
 
         obj, warnings = await self._mutate(op)
@@ -976,6 +980,32 @@ class StandIn:
                 schema = (v.get("schema") or {}).get("openAPIV3Schema")
                 if isinstance(schema, Mapping):
                     _apply_defaults(obj, schema)
+
+    def _validate(self, t: ResourceType, obj: Mapping[str, Any], current: Mapping[str, Any] | None = None, *,
+                  status: bool = False) -> None:
+        """A custom resource write checked against its CRD's schema (schema.py: OpenAPI, then CEL rules;
+        an update ratchets what it leaves unchanged), as the registry checks it after defaulting and
+        before the validating webhooks: 422 Invalid, one cause per field error. Built-in types are not
+        checked here, nor writes the real server refuses before validating (a stale resourceVersion:
+        409; a create while the CRD terminates: 403), which the store then refuses."""
+        if not t.group or t.group_resource in BUILTIN:
+            return
+        crd = self.store.get(CRDS, "", f"{t.plural}.{t.group}")
+        if crd is None:
+            return
+        if current is None and (crd.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if current is not None and rv and rv != (current.get("metadata") or {}).get("resourceVersion"):
+            return
+        found = crd_schema.served_schema(crd, t.version)
+        if found is None:
+            return
+        errors = crd_schema.validate(obj, found, current, status_only=status)
+        if errors:
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            status_body = crd_schema.invalid_status(t.group, t.kind, name, errors)
+            raise APIError(422, "Invalid", status_body["message"], details=status_body["details"])
 
     def _preserve(self, t: ResourceType, new: dict[str, Any], current: Mapping[str, Any]) -> None:
         """What the registry strategies keep on a main-resource update: status, a namespace's finalizers."""
@@ -1003,6 +1033,7 @@ class StandIn:
             current = self._existing(t, ref)
             self._preserve(t, body, current)
             self._default(t, body)
+            self._validate(t, body, current)
             return self.store.update(body, user=user, dry_run=_dry_run(params))
 
         obj, warnings = await self._mutate(op)
@@ -1029,6 +1060,7 @@ class StandIn:
                 return self._write_status(t, ref, new, current, params)
             self._preserve(t, new, current)
             self._default(t, new)
+            self._validate(t, new, current)
             return self.store.update(new, user=user, dry_run=_dry_run(params))
 
         obj, warnings = await self._mutate(op)
@@ -1056,6 +1088,11 @@ class StandIn:
         rv = (new.get("metadata") or {}).get("resourceVersion")
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise _conflict(t.group_resource, ref.name)
+        # statusStrategy.PrepareForUpdate: the stored object with the new status (or none), then validated.
+        candidate = {k: v for k, v in current.items() if k != "status"}
+        if "status" in new:
+            candidate["status"] = new["status"]
+        self._validate(t, candidate, current, status=True)
         status = new.get("status")
         status = dict(status) if isinstance(status, Mapping) else {}
         if _dry_run(params):
@@ -1382,7 +1419,7 @@ def _api_group_doc(group: str, versions: list[str]) -> dict[str, Any]:
 
 
 def _aggregated(groups: Mapping[str, Mapping[str, list[_Served]]], stale: Iterable[str] = ()) -> dict[str, Any]:
-    """An apidiscovery.k8s.io/v2 APIGroupDiscoveryList (kubectl-stand-in.md §2)."""
+    """An apidiscovery.k8s.io/v2 APIGroupDiscoveryList (design/kubernetes-semantics.md §12)."""
     items = []
     for group, versions in groups.items():
         entries = []

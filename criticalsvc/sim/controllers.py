@@ -12,9 +12,9 @@ Every controller watches the store (`store.subscribe`), acts through the store's
 waits only through `engine.schedule` / `engine.now`; nothing sleeps. The same objects therefore run
 in virtual time (tests, `criticalsvc simulate`) and in real time behind the HTTP stand-in.
 
-Timings are Kubernetes' own (k8s-semantics.md): the namespace controller starts 5 s after it sees a
-deletion [N4], requeues ~8 s while finalizers hold content and backs off 5 ms·2ⁿ up to 60 s on
-errors [N4]; the CRD cleanup polls every second for a minute and backs off 5 ms·2ⁿ up to 1000 s [C1][Q1];
+Timings are Kubernetes' own (design/kubernetes-semantics.md §3, §5, §6): the namespace controller
+starts 5 s after it sees a deletion [N4], requeues ~8 s while finalizers hold content and backs off
+5 ms·2ⁿ up to 60 s on errors [N4]; the CRD cleanup polls every 5 s for a minute and backs off 5 ms·2ⁿ up to 1000 s [C1][Q1];
 so does the garbage collector [G1][Q1]. client-go's work queue is modelled by `WorkQueue`: one
 pending run per key (the earliest wins) and a per-key failure count; the 10 qps token bucket that
 client-go adds on top is left out (teardowns here stay far below 10 syncs per second).
@@ -347,7 +347,7 @@ class CRDCleanupController:
     """apiextensions-apiserver's CRD finalizer [C1]: the cleanup of a Terminating CRD.
 
     Sets Terminating=True/InstanceDeletionInProgress, deletes all instances per namespace straight in
-    storage — no admission, the gate never sees these DELETEs [C1] — then polls every second for up to
+    storage — no admission, the gate never sees these DELETEs [C1] — then polls every 5 s for up to
     a minute until none is left (instances held by their own finalizers keep it waiting). Success:
     Terminating=False/InstanceDeletionCompleted and the cleanup finalizer is dropped, so the CRD goes.
     Timeout: InstanceDeletionCheck, and a retry after 5 ms·2ⁿ ≤ 1000 s [Q1]. Updates that only touch
@@ -355,7 +355,7 @@ class CRDCleanupController:
     """
 
     actor = "crd-cleanup"
-    POLL, POLL_TIMEOUT = 1.0, 60.0  # wait.PollUntilContextTimeout(1 s, 1 min) [C1]
+    POLL, POLL_TIMEOUT = 5.0, 60.0  # wait.PollUntilContextTimeout(5 s, 1 min) in crd_finalizer.go (v1.37.2) [C1]
     BASE, CAP = 0.005, 1000.0  # DefaultControllerRateLimiter [Q1]
 
     def __init__(self, *, store: Store, engine: Engine, timeline: Timeline) -> None:

@@ -4,7 +4,7 @@ Objects are kept as whole JSON dicts (the HTTP face serves them back verbatim); 
 updates `state`, the gate's slim, indexed view (a MemoryState), so the real decision function reads
 this store exactly as the live service reads its watch caches.
 
-Modelled (k8s-semantics.md):
+Modelled (design/kubernetes-semantics.md §1-§5):
 * DELETE of an object with finalizers only marks it (deletionTimestamp); it disappears when the last
   finalizer is removed, inside that update, without a second DELETE admission [S1]. No new finalizers
   after deletionTimestamp: 422 Invalid [V1].
@@ -14,7 +14,7 @@ Modelled (k8s-semantics.md):
   nothing.
 * A repeated DELETE of another terminating object runs admission again (§4); of a gone object: 404.
 * A CRD DELETE adds the customresourcecleanup finalizer and the Terminating condition [C2]; while it
-  is terminating, creating instances is 405 [C3]; instances deleted by the CRD cleanup skip admission
+  is terminating, creating instances is 403 Forbidden [C3]; instances deleted by the CRD cleanup skip admission
   [C1] (`admission=False`).
 * deletecollection: admission once per item with name "" [R1]; one worker, so it stops at the first
   denial, keeping what it already deleted, and returns that first error [S1][S2]; NotFound items are
@@ -304,8 +304,9 @@ class Store:
                            details={"name": name, "group": gr.group, "kind": gr.resource})
         crd = self._crd_for(gr)
         if crd is not None and crd["metadata"].get("deletionTimestamp"):
-            raise APIError(405, "MethodNotAllowed",
-                           "create not allowed while custom resource definition is terminating")
+            # apiextensions-apiserver's forbidCreateAdmission (customresource_handler.go, v1.37.2): 403.
+            raise APIError(403, "Forbidden", f'{gr} "{name}" is forbidden: create not allowed while custom '
+                           "resource definition is terminating")
         if gr == CRDS and resource_type_from_crd(obj) is None:
             raise APIError(422, "Invalid", f'{gr} "{name}" is invalid: spec: group, names.plural and names.kind '
                            "are required")
@@ -357,7 +358,7 @@ class Store:
             if added:
                 raise APIError(422, "Invalid", f'{gr} "{key[2]}" is invalid: metadata.finalizers: Forbidden: no new '
                                f"finalizers can be added if the object is being deleted, found new finalizers "
-                               f"{sorted(added)}")
+                               f"{_go_strings(sorted(added))}")
         if obj.get("spec") != current.get("spec"):
             md["generation"] = int(old_md.get("generation", 1)) + 1
         self._admit("UPDATE", gr, obj, current, name=key[2], namespace=key[1], user=user, dry_run=dry_run)
@@ -540,3 +541,8 @@ def gate_hook(store: Store) -> AdmissionHook:
         return dict(render_response(request.uid, decide(request, store.state)))
 
     return hook
+
+
+def _go_strings(values: list[str]) -> str:
+    """A []string as Go's %#v prints it, as the API server's finalizer error does: []string{"a", "b"}."""
+    return "[]string{" + ", ".join(f'"{v}"' for v in values) + "}"

@@ -1,6 +1,6 @@
 """Calling a validating webhook over HTTPS the way kube-apiserver does, and registering webhooks.
 
-The call (k8s-semantics.md §1, §1.5, §7):
+The call (design/kubernetes-semantics.md §1, §1.5, §7):
 
 * `POST <url>?timeout=<N>s` with the AdmissionReview v1 JSON the store built, `Content-Type:
   application/json`, over HTTP/1.1 and TLS. The server certificate is verified against the
