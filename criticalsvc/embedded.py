@@ -6,14 +6,20 @@ running in real time (namespace controller, CRD cleanup, garbage collector, and 
 finalizer controller), certificates generated into a temporary directory, and the webhook
 registered from deploy/base/webhook.yaml exactly as the bundle registers it (rules, failurePolicy,
 namespaceSelector, timeout), pointed at the gate's own HTTPS port. A kubeconfig for the stand-in is
-written so that `kubectl --kubeconfig PATH apply/delete -f ...` works against it.
+written so that `kubectl --kubeconfig PATH apply/delete -f ...` works against it. It is written
+atomically (a temporary file renamed over PATH), and `serve --embedded` writes it only once the gate
+is registered and ready: a script may wait for the file (`until [ -s PATH ]; do sleep 0.2; done`)
+and use it at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import os
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -81,23 +87,56 @@ class EmbeddedCluster:
         """Stop the API server, then hang up its webhook connections (idempotent; see embedded_cluster)."""
         await self._stop()
 
-    def register_gate(self, gate_url: str, ca_pem: bytes) -> None:
-        """Register the bundle's webhooks, calling the gate at `gate_url` (https://host:port)."""
+    def register_gate(self, gate_url: str, ca_pem: bytes) -> concurrent.futures.Future[None]:
+        """Register the bundle's webhooks, calling the gate at `gate_url` (https://host:port).
+
+        Returns a future that is done once the webhooks are registered in the store (`await
+        asyncio.wrap_future(...)`): a DELETE after that goes through the gate."""
         from .sim.webhook_client import register_webhooks
 
         def submit() -> None:
             register_webhooks(self.store, _webhook_configuration(), ca_bundle=ca_pem,
                               resolve_service=lambda _ns, _name, _port, path: f"{gate_url}{path}")
 
-        self.standin.submit(submit)
+        registered: concurrent.futures.Future[None] = self.standin.submit(submit)
+        return registered
+
+    def write_kubeconfig(self) -> Path:
+        """Write the kubeconfig for the stand-in to `self.kubeconfig`, atomically (see write_kubeconfig)."""
+        return write_kubeconfig(self.kubeconfig, self.url)
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig for `server` at `path` (mode 0600), never half-written: a file beside it, renamed over.
+
+    A reader polling for the file (`until [ -s PATH ]`) sees either nothing or the whole file."""
+    from .sim.kubeconfig import kubeconfig
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(kubeconfig(server), sort_keys=False)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return target
 
 
 @contextlib.asynccontextmanager
-async def embedded_cluster(*, host: str, port: int, kubeconfig_out: Path) -> AsyncIterator[EmbeddedCluster]:
-    """Start the stand-in with real-time controllers; yields once it accepts connections."""
+async def embedded_cluster(*, host: str, port: int, kubeconfig_out: Path,
+                           write_kubeconfig_now: bool = True) -> AsyncIterator[EmbeddedCluster]:
+    """Start the stand-in with real-time controllers; yields once it accepts connections.
+
+    The kubeconfig is written then, unless `write_kubeconfig_now` is False: then the caller calls
+    `cluster.write_kubeconfig()` when the cluster is ready for kubectl (`serve --embedded`: once the
+    gate is registered and ready)."""
     from .sim.apiserver import StandIn, StandInEngine, serve
     from .sim.controllers import start_controllers
-    from .sim.kubeconfig import write_kubeconfig
     from .sim.store import Store
 
     store = Store(clock=time.time)
@@ -144,7 +183,9 @@ async def embedded_cluster(*, host: str, port: int, kubeconfig_out: Path) -> Asy
             task.result()  # raises why it could not start
             raise RuntimeError("the API-server stand-in stopped before it was ready")
         url = ready.result()
-        write_kubeconfig(kubeconfig_out, url)
-        yield EmbeddedCluster(url, kubeconfig_out, store, standin, stop=stop_once)
+        cluster = EmbeddedCluster(url, kubeconfig_out, store, standin, stop=stop_once)
+        if write_kubeconfig_now:
+            cluster.write_kubeconfig()
+        yield cluster
     finally:
         await stop_once()

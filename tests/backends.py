@@ -39,7 +39,7 @@ class Embedded:
         self.log = (tmp / "serve.log").open("w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "criticalsvc", "serve", "--embedded", "--kubeconfig-out", str(self.kubeconfig),
-             "--port-file", str(ports_file), "--log-level", "warning"],
+             "--port-file", str(ports_file), "--log-level", "warning", "--log-file", "-"],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while not ports_file.exists():  # readiness is polled, never slept for

@@ -35,12 +35,14 @@ def test_explain_allows_an_unprotected_object(capsys):
 
 
 def test_explain_rejects_bad_targets(capsys):
-    """A malformed KIND/NAME, an unknown kind and a missing -n each exit 2 with one line."""
-    for argv in (["explain", "nokind", "--state", STORY], ["explain", "gizmo/x", "--state", STORY],
-                 ["explain", "deploy/x", "--state", STORY]):
+    """A malformed KIND/NAME and an unknown kind each exit 2 with one line; without -n, as kubectl does,
+    the namespace is the context's (a snapshot has none: `default`)."""
+    for argv in (["explain", "nokind", "--state", STORY], ["explain", "gizmo/x", "--state", STORY]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("criticalsvc explain:")
+    assert main(["explain", "deploy/x", "--state", STORY]) == 0
+    assert "default/x" in capsys.readouterr().out
 
 
 def _cs(name, provider_ns, provider, criterion):

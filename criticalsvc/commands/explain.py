@@ -10,7 +10,7 @@ from typing import Any
 from ..api import NAMESPACES, ObjectRef
 from ..errors import InvalidInput
 from ..explain import explain, render_text
-from ._source import add_source_arguments, load_source
+from ._source import add_source_arguments, default_namespace, load_source
 
 
 def register(sub: Any) -> None:
@@ -18,7 +18,9 @@ def register(sub: Any) -> None:
         "explain", help="why can't I delete this? the gate's answer, criterion by criterion",
         description="Show whether deleting KIND/NAME would be allowed now, and exactly what blocks it.")
     p.add_argument("target", metavar="KIND/NAME", help="e.g. deployment/finalizer-deployment, ns/payments, csvc/x")
-    p.add_argument("-n", "--namespace", default="", help="namespace of a namespaced object")
+    p.add_argument("-n", "--namespace", default="",
+                   help="namespace of a namespaced object (default, as in kubectl: the kubeconfig context's "
+                        "namespace, else \"default\")")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     add_source_arguments(p)
     p.set_defaults(run=run)
@@ -34,9 +36,10 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput("KIND/NAME", f"the server doesn't have a resource type {kind!r}")
     t = state.mapper.lookup(gr)
     namespaced = t.namespaced if t is not None else bool(args.namespace)
-    if namespaced and not args.namespace:
-        raise InvalidInput("--namespace", f"{gr} is namespaced: say which namespace with -n")
-    target = ObjectRef(gr, args.namespace if namespaced and gr != NAMESPACES else "", name)
+    namespace = args.namespace
+    if namespaced and not namespace:
+        namespace = default_namespace(args)  # as kubectl: the context's namespace, else "default"
+    target = ObjectRef(gr, namespace if namespaced and gr != NAMESPACES else "", name)
     result = explain(target, state)
     if args.output == "json":
         json.dump(result.to_dict(), sys.stdout, indent=2)

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import networkx as nx
 
-from ..api import CriticalService, ObjectRef
-from ..errors import MalformedManifest
+from ..api import CRDS, CriticalService, ObjectRef
+from ..errors import InvalidInput, MalformedManifest
 from ..graph import find_service_cycle, plan, service_graph, to_dot, to_mermaid
-from ..manifests import Manifest, load_path
-from ..snapshot import build_state
+from ..manifests import Manifest
+from ..snapshot import add_manifest, build_state
 from ..state import MemoryState
 
 
@@ -33,15 +34,152 @@ def add_bundle_arguments(p: argparse.ArgumentParser) -> None:
                    help="manifests: a YAML/JSON file, a directory, or - for standard input (repeatable)")
 
 
-def load_bundles(paths: Sequence[str]) -> list[Manifest]:
-    """Every manifest of every -f, in order; an empty input is bad input, named."""
+class InvalidDocuments(MalformedManifest):
+    """Several documents of the bundles are unusable: all of them are reported at once, one line each,
+    naming the file, the document, its kind and name, and the field."""
+
+    def __init__(self, path: str, problem: str, *, where: str = "",
+                 problems: Sequence[tuple[str, InvalidInput]] = ()) -> None:
+        self.problems = list(problems)
+        super().__init__(path, problem, where=where)
+
+    @classmethod
+    def of(cls, problems: Sequence[tuple[str, InvalidInput]]) -> InvalidDocuments:
+        lines = [f"{len(problems)} invalid documents; fix them all, then run again:"]
+        for label, exc in problems:
+            where = f"{exc.where} ({label})" if exc.where and label else exc.where or label
+            lines.append("  " + ": ".join(p for p in (where, exc.path, exc.problem) if p))
+        return cls("", "\n".join(lines), problems=problems)
+
+
+# (position for sorting: -f index, document number, nesting), "Kind name" of the document, the error
+_Problem = tuple[tuple[int, ...], str, InvalidInput]
+
+
+def load_bundles(paths: Sequence[str], *, check_crds: bool = False) -> list[Manifest]:
+    """Every manifest of every -f, in order; an empty input is bad input, named.
+
+    A bad document does not stop the reading: every unusable document of every file is found (its
+    shape, its metadata, a CriticalService spec, with `check_crds` a CRD without group/names), and
+    when there are several they are all reported at once (InvalidDocuments). A single one is raised
+    as before, by the first step that meets it, in the words that step uses."""
     manifests: list[Manifest] = []
-    for path in paths:
-        found = load_path(path)
-        if not found:
-            raise MalformedManifest("", "no objects in it", where=path)
+    problems: list[_Problem] = []
+    positions: dict[int, tuple[int, ...]] = {}
+    for i, path in enumerate(paths):
+        found, errors = _read(path, (i,), positions)
+        if not found and not errors:
+            errors.append(((i,), "", MalformedManifest("", "no objects in it", where=path)))
         manifests.extend(found)
-    return manifests
+        problems.extend(errors)
+    structural = len(problems)
+    problems.extend(_check(manifests, positions, check_crds=check_crds))
+    if len(problems) >= 2:
+        problems.sort(key=lambda p: p[0])
+        raise InvalidDocuments.of([(label, exc) for _pos, label, exc in problems])
+    if structural:
+        raise problems[0][2]
+    return manifests  # a single problem found by _check is raised by the command itself, as before
+
+
+def _read(path: str, position: tuple[int, ...], positions: dict[int, tuple[int, ...]]
+          ) -> tuple[list[Manifest], list[_Problem]]:
+    """manifests.load_path, document by document: the usable manifests and every unusable document."""
+    from pathlib import Path
+
+    from ..manifests import _documents, _expand
+
+    if path != "-" and Path(path).is_dir():
+        files = sorted(f for f in Path(path).rglob("*") if f.suffix in (".yaml", ".yml", ".json") and f.is_file())
+        if not files:
+            return [], [(position, "", MalformedManifest("", "no .yaml, .yml or .json files in this directory",
+                                                         where=path))]
+        found: list[Manifest] = []
+        errors: list[_Problem] = []
+        for j, f in enumerate(files):
+            more, errs = _read(str(f), (*position, j), positions)
+            found += more
+            errors += errs
+        return found, errors
+    where = "<stdin>" if path == "-" else path
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return [], [(position, "", MalformedManifest("", "no such file", where=path))]
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [(position, "", MalformedManifest("", f"cannot read: {exc}", where=path))]
+    try:
+        if text.lstrip().startswith(("{", "[")):  # JSON, as manifests.load_text reads it
+            try:
+                parsed = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise MalformedManifest("", f"line {exc.lineno}: not valid JSON: {exc.msg}", where=where) from None
+            docs = [(doc, f"{where}: document {i}") for i, doc in
+                    enumerate(parsed if isinstance(parsed, list) else [parsed], start=1)]
+        else:
+            docs = list(_documents(text, where))
+    except MalformedManifest as exc:  # not YAML (or JSON) at all
+        return [], [(position, "", exc)]
+    found, errors = [], []
+    for k, (doc, doc_where) in enumerate(docs):
+        try:
+            expanded = list(_expand(doc, doc_where, where))
+        except MalformedManifest as exc:
+            errors.append(((*position, k), _label(_nested(doc, exc.where[len(doc_where):])), exc))
+            continue
+        for m in expanded:
+            positions[id(m)] = (*position, k)
+        found += expanded
+    return found, errors
+
+
+def _check(manifests: Sequence[Manifest], positions: dict[int, tuple[int, ...]], *, check_crds: bool
+           ) -> list[_Problem]:
+    """snapshot.build_state's checks, each document on its own: every problem, not only the first."""
+    from ..restmapper import ResourceType, guess_resource
+
+    problems: list[_Problem] = []
+    state = MemoryState()
+    for m in manifests:
+        if state.mapper.resource_for_kind(m.api_version, m.kind) == CRDS and \
+                state.mapper.learn_crd(m.obj) is None and check_crds:
+            problems.append((positions.get(id(m), ()), _label(m.obj), MalformedManifest(
+                "spec", "a CustomResourceDefinition needs spec.group, spec.names.plural and spec.names.kind",
+                where=m.where)))
+    for m in manifests:
+        group, _, version = m.api_version.rpartition("/")
+        if state.mapper.for_kind(group, m.kind) is None:
+            metadata = m.obj.get("metadata")
+            namespaced = isinstance(metadata, Mapping) and bool(metadata.get("namespace"))
+            state.mapper.add(ResourceType(group, version, m.kind, guess_resource(m.kind), m.kind.lower(), namespaced))
+    for m in manifests:
+        try:
+            add_manifest(state, m)
+        except InvalidInput as exc:
+            problems.append((positions.get(id(m), ()), _label(m.obj), exc))
+        except Exception:  # anything else is the command's to report, in its own words
+            continue
+    return problems
+
+
+def _nested(doc: Any, suffix: str) -> Any:
+    """The object inside a List or ManifestWork document that an error's location points at."""
+    for key, index in re.findall(r"(items|spec\.workload\.manifests)\[(\d+)\]", suffix):
+        try:
+            doc = doc["items"][int(index)] if key == "items" else doc["spec"]["workload"]["manifests"][int(index)]
+        except (KeyError, IndexError, TypeError):
+            break
+    return doc
+
+
+def _label(doc: Any) -> str:
+    """`Kind name` of a document, as far as it says."""
+    if not isinstance(doc, Mapping):
+        return "not an object"
+    kind = doc.get("kind") if isinstance(doc.get("kind"), str) and doc.get("kind") else "no kind"
+    metadata = doc.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return f"{kind} {name}" if isinstance(name, str) and name else f"{kind}, no name"
 
 
 def register(sub: Any) -> None:

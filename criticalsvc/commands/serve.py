@@ -14,6 +14,12 @@ serving certificate at once (it is also reloaded within --cert-check-interval of
 --shutdown-delay N, SIGTERM first turns /readyz to 503 and keeps answering reviews for N seconds, each
 with `Connection: close`, so that a Service in front stops routing here before the gate stops listening
 (server.Webhook.begin_termination says why; the shipped Deployment sets 5 s). SIGINT skips the delay.
+
+Logs are JSON lines on stderr (in a cluster, the container runtime collects them), or in --log-file.
+With --embedded (a terminal, often a background job) they go to a file by default, next to the
+kubeconfig, and the terminal gets two lines only: `logs: PATH` at start and one when the kubeconfig
+is written, which happens once the stand-in listens, the gate is registered on it and ready
+(`--log-file -` keeps them on stderr).
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import tempfile
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import InvalidInput
 
@@ -37,6 +45,8 @@ if TYPE_CHECKING:  # the server stack (starlette, hypercorn, prometheus) loads o
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 CERT_CHECK_INTERVAL = 2.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# With --embedded, how long to wait for the gate to be ready before writing the kubeconfig anyway.
+READY_TIMEOUT = 60.0
 
 
 def register(sub: Any) -> None:
@@ -66,6 +76,9 @@ def register(sub: Any) -> None:
                         "while the Service stops routing here (default: %(default)s; the Deployment sets 5)")
     p.add_argument("--port-file", metavar="PATH", help="write the bound ports here as JSON once listening")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    p.add_argument("--log-file", metavar="PATH",
+                   help="write the logs (JSON lines) to PATH, '-' for stderr (default: stderr; with --embedded "
+                        "a file next to the kubeconfig, e.g. /tmp/criticalsvc.log for /tmp/criticalsvc.kubeconfig)")
     p.add_argument("--identity", default=os.environ.get("POD_NAME") or socket.gethostname(),
                    help="this replica's name in the status Lease (default: $POD_NAME or the host name)")
     p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE") or "criticalsvc-system",
@@ -79,7 +92,8 @@ def register(sub: Any) -> None:
     embedded.add_argument("--embedded-listen", default="127.0.0.1:0", metavar="HOST:PORT",
                           help="the stand-in API server's plain-HTTP address (default: %(default)s)")
     embedded.add_argument("--kubeconfig-out", default="criticalsvc-embedded.kubeconfig", metavar="PATH",
-                          help="write a kubeconfig for the stand-in here (default: %(default)s)")
+                          help="write a kubeconfig for the stand-in here once the gate is ready; a file left "
+                               "from an earlier run is removed at start (default: %(default)s)")
     p.set_defaults(run=run)
 
 
@@ -109,18 +123,67 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput("--embedded", "serves the embedded cluster's live state; it cannot be combined with --state")
     if (not args.tls_cert or not args.tls_key) and not args.embedded:
         raise InvalidInput("--tls-cert/--tls-key", "required: the API server calls webhooks only over HTTPS")
-    configure_logging(args.log_level)  # after the flag checks: their errors are one plain line on stderr
-    with tempfile.TemporaryDirectory(prefix="criticalsvc-") as workdir:
-        asyncio.run(_main(args, listen=listen, ops_listen=ops_listen, embedded_listen=embedded_listen,
-                          workdir=workdir))
+    log_file = args.log_file
+    if log_file is None:
+        log_file = str(default_log_file(Path(args.kubeconfig_out))) if args.embedded else "-"
+    if args.embedded:
+        # A kubeconfig left by an earlier run would let `until [ -s PATH ]` pass at once, pointing at
+        # a port nobody listens on any more: remove it; the new one appears when the gate is ready.
+        with contextlib.suppress(OSError):  # none there (or not a file: writing it will say so)
+            os.unlink(args.kubeconfig_out)
+    with _logs_to(log_file) as terminal:
+        configure_logging(args.log_level)  # after the flag checks: their errors are one plain line on stderr
+        with tempfile.TemporaryDirectory(prefix="criticalsvc-") as workdir:
+            asyncio.run(_main(args, listen=listen, ops_listen=ops_listen, embedded_listen=embedded_listen,
+                              workdir=workdir, terminal=terminal, log_file=log_file))
     return 0
 
 
+def default_log_file(kubeconfig_out: Path) -> Path:
+    """Where `serve --embedded` logs by default: beside the kubeconfig, named after it
+    (/tmp/criticalsvc.kubeconfig -> /tmp/criticalsvc.log, /tmp/k -> /tmp/k.log)."""
+    path = kubeconfig_out.with_suffix(".log") if kubeconfig_out.suffix else kubeconfig_out.with_name(
+        kubeconfig_out.name + ".log")
+    return path if path != kubeconfig_out else kubeconfig_out.with_name(kubeconfig_out.name + ".log")
+
+
+@contextlib.contextmanager
+def _logs_to(log_file: str) -> Iterator[TextIO]:
+    """Send the process's stderr (the JSON logs, and whatever else a library prints there: hypercorn's
+    own handler, asyncio's "SSL shutdown timed out", a thread's traceback) to `log_file` ('-': leave it).
+
+    Yields a stream to the terminal (the original stderr) for the few lines a person must see; stderr
+    is put back on the way out, so an error that ends the command is still printed to the terminal."""
+    if log_file == "-":
+        yield sys.stderr
+        return
+    try:
+        target = Path(log_file)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    except OSError as exc:
+        raise InvalidInput("--log-file", f"cannot write {log_file}: {exc.strerror or exc}") from None
+    print(f"logs: {log_file}", file=sys.stderr, flush=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    terminal = os.fdopen(os.dup(saved), "w", buffering=1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield terminal
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        with contextlib.suppress(Exception):
+            terminal.close()
+
+
 async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embedded_listen: Any,
-                workdir: str) -> None:
+                workdir: str, terminal: TextIO | None = None, log_file: str = "-") -> None:
     """Compose the service: [embedded cluster] -> state source (+ live reads, status writer) -> server."""
     import asyncio
-    from pathlib import Path
 
     import orjson
 
@@ -136,7 +199,7 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
         kubeconfig = args.kubeconfig
         ca_pem: bytes | None = None
         if args.embedded:
-            from ..embedded import embedded_cluster, make_tls
+            from ..embedded import embedded_cluster, make_tls, write_kubeconfig
 
             if not args.tls_cert:
                 material = make_tls(Path(workdir))
@@ -144,8 +207,10 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             else:
                 ca_pem = Path(args.client_ca or args.tls_cert).read_bytes()
             cluster = await stack.enter_async_context(embedded_cluster(
-                host=embedded_listen.host, port=embedded_listen.port, kubeconfig_out=Path(args.kubeconfig_out)))
-            kubeconfig = str(cluster.kubeconfig)
+                host=embedded_listen.host, port=embedded_listen.port, kubeconfig_out=Path(args.kubeconfig_out),
+                write_kubeconfig_now=False))  # written below, once the gate is registered and ready
+            # The gate's own connection: the file for kubectl comes later, once the gate is ready.
+            kubeconfig = str(write_kubeconfig(Path(workdir) / "gate.kubeconfig", cluster.url))
         tls = TLSFiles(args.tls_cert, args.tls_key, args.client_ca)
         check_tls_files(tls)
 
@@ -187,9 +252,10 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
         ports = {"listen": service.webhook_address[1],
                  "ops_listen": service.ops_address[1] if service.ops_address else None}
         gate_url = f"https://{_address(_loopback(service.webhook_address))}"
+        registered: asyncio.Future[Any] | None = None
         if cluster is not None:
             assert ca_pem is not None
-            cluster.register_gate(gate_url, ca_pem)
+            registered = asyncio.wrap_future(cluster.register_gate(gate_url, ca_pem))
             ports["embedded"] = int(cluster.url.rsplit(":", 1)[1])
         _freeze_startup_heap()
         if args.port_file:
@@ -197,10 +263,11 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
         log.info("listening", webhook=f"{gate_url}/validate",
                  ops=f"http://{_address(service.ops_address)}" if service.ops_address else None,
                  client_ca=bool(args.client_ca), state=args.state or ("embedded" if cluster else "live"), **ports)
-        if cluster is not None:
-            log.info("embedded cluster ready", api_server=cluster.url, kubeconfig=str(cluster.kubeconfig),
-                     try_this=f"kubectl --kubeconfig {cluster.kubeconfig} apply -f api/examples/reference-story.yaml")
         try:
+            if cluster is not None:
+                assert registered is not None
+                await _write_kubeconfig_when_ready(cluster, webhook, registered, timeout=READY_TIMEOUT,
+                                                   terminal=terminal or sys.stderr, log_file=log_file)
             # Embedded: the API server is the gate's client, so it stops first - its in-flight requests
             # (and so their reviews) finish while the gate still serves, and its webhook connections
             # close - and then the gate drains, with nothing left to wait for.
@@ -210,6 +277,45 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _write_kubeconfig_when_ready(cluster: Any, webhook: Any, registered: Awaitable[Any], *, timeout: float,
+                                      terminal: TextIO, log_file: str) -> None:
+    """Write the embedded cluster's kubeconfig once kubectl can use it, and say so once on the terminal.
+
+    Called after the stand-in listens and the gate's sockets are bound, right before serving starts: it
+    waits until the gate's webhooks are registered on the stand-in and the gate's state is synced. So
+    from the moment the file exists a DELETE goes through the gate (the webhook's socket already accepts;
+    serving begins in the same moment), and the gate's /readyz never says 200 before the file exists. A
+    script that waits for the file (`until [ -s PATH ]`) can use it at once."""
+    import asyncio
+    import time
+
+    from ..logs import get_logger
+
+    log = get_logger("criticalsvc.serve")
+    deadline = time.monotonic() + timeout
+    ready = False
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(registered), timeout)
+        wait_ready = getattr(webhook.source, "wait_ready", None)
+        if wait_ready is not None:
+            ready = bool(await wait_ready(max(0.0, deadline - time.monotonic())))
+        else:
+            ready = bool(webhook.source.ready)
+    cluster.write_kubeconfig()
+    kubeconfig = cluster.kubeconfig
+    if ready:
+        log.info("embedded cluster ready", api_server=cluster.url, kubeconfig=str(kubeconfig),
+                 try_this=f"kubectl --kubeconfig {kubeconfig} apply -f api/examples/reference-story.yaml")
+        message = f"ready: export KUBECONFIG={kubeconfig}"
+    else:
+        log.warning("the gate is not ready; wrote the kubeconfig anyway", timeout=timeout,
+                    api_server=cluster.url, kubeconfig=str(kubeconfig))
+        where = "the logs" if log_file == "-" else log_file
+        message = f"the gate is not ready after {timeout:g} s (see {where}); wrote {kubeconfig} anyway"
+    with contextlib.suppress(Exception):  # the terminal may be gone (a closed pipe): the file is what matters
+        print(f"criticalsvc serve --embedded: {message}", file=terminal, flush=True)
 
 
 def _loopback(address: tuple[str, int]) -> tuple[str, int]:

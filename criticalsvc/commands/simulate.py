@@ -5,20 +5,32 @@ Kubernetes' namespace controller, CRD cleanup and garbage collector, and an oper
 criterion), deletes all of it the way the chosen client would, and prints what happened, in virtual
 time, and the verdict. `--no-gate` runs the same teardown without the gate: what it saves you from.
 
+The text explains its words once (DENIED, marked, gone), lists the warnings the gate returned for
+DELETEs it let through (`enforcement: Warn`: what Enforce would have refused), and ends with what to
+try next (plan, explain, the same teardown with or without the gate) above the verdict line.
+
 Exit codes: 0 the teardown completed, 1 it got stuck (what holds each remaining object is printed),
-2 bad input (one line naming the file and document).
+2 bad input (one line naming the file and document; several bad documents: one line each).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+import textwrap
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
+from ..api import NAMESPACES, CriticalService, Enforcement, GroupResource, ObjectRef, parse_critical_service
 from ..errors import MalformedManifest
+from ..manifests import Manifest
 from ..sim.cluster import Cluster, Verdict
 from ..sim.timeline import REMOVED, Event, render_text
+from ..snapshot import is_critical_service
 from .plan import add_bundle_arguments, load_bundles
 
 WIDTH = 120  # fixed, so the output is the same in a terminal, a pipe and a test
@@ -49,21 +61,93 @@ def register(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+# Said once, under the heading: the words the story below uses.
+WORDS = ("Words: DENIED = the gate refused the DELETE (a retrying client tries again later); marked = the DELETE was "
+         "accepted and the object got a deletionTimestamp, but it stays until its finalizers are removed (\"waits "
+         "for\" names them); gone = removed from the API; deleted at once = it had no finalizers; a finalizer is "
+         "removed by the controller that owns it, so an object whose controller is gone stays forever.")
+
+
+@attrs.frozen
+class GateWarning:
+    """A warning the gate returned with an admission response (enforcement: Warn: the request went through)."""
+
+    time: float
+    operation: str
+    ref: ObjectRef
+    text: str
+    count: int = 1
+    last: float = 0.0
+
+    def to_dict(self, describe: Any) -> dict[str, Any]:
+        return {"time": round(self.time, 6), "last": round(self.last or self.time, 6), "count": self.count,
+                "operation": self.operation, "object": describe(self.ref), "warning": self.text}
+
+
+def record_warnings(cluster: Cluster) -> list[GateWarning]:
+    """Wrap the cluster's webhooks so that every warning they return is kept, with when and for what."""
+    seen: list[GateWarning] = []
+
+    def wrap(hook: Any) -> Any:
+        def recording(review: dict[str, Any]) -> dict[str, Any]:
+            reply: dict[str, Any] = hook(review)
+            response = reply.get("response") if isinstance(reply, Mapping) else None
+            warnings = response.get("warnings") if isinstance(response, Mapping) else None
+            if warnings:
+                request = review.get("request") or {}
+                resource = request.get("resource") or {}
+                gr = GroupResource(str(resource.get("group", "")), str(resource.get("resource", "")))
+                ref = ObjectRef(gr, "" if gr == NAMESPACES else str(request.get("namespace") or ""),
+                                str(request.get("name") or ""))
+                now = cluster.timeline.now()
+                for text in warnings:
+                    w = GateWarning(now, str(request.get("operation", "")), ref, str(text))
+                    for i, old in enumerate(seen):  # a retried request warns again: one line, counted
+                        if (old.operation, old.ref, old.text) == (w.operation, w.ref, w.text):
+                            seen[i] = attrs.evolve(old, count=old.count + 1, last=now)
+                            break
+                    else:
+                        seen.append(w)
+            return reply
+
+        return recording
+
+    for webhook in cluster.store.webhooks:
+        webhook.hook = wrap(webhook.hook)
+    return seen
+
+
 def run(args: argparse.Namespace) -> int:
     if args.repeat is not None and (args.client != "kubectl" or args.repeat <= 0):
         raise MalformedManifest("--repeat", "needs --client kubectl and a positive number of seconds")
-    manifests = load_bundles(args.filename)
+    manifests = load_bundles(args.filename, check_crds=True)
     cluster = Cluster(gate=not args.no_gate, seed=args.seed,
                       ordered_namespace_deletion=not args.legacy_namespace_deletion)
+    warnings = record_warnings(cluster)
     cluster.load(manifests)
+    loaded = len(warnings)  # warnings while creating the bundle are not part of the teardown
     cluster.teardown(args.client, repeat=args.repeat)
     verdict = cluster.run()
+    teardown_warnings = warnings[loaded:]
+    services = _services(manifests)
     if args.output == "json":
-        json.dump(to_json(cluster, verdict, args), sys.stdout, indent=2)
+        json.dump(to_json(cluster, verdict, args, warnings=teardown_warnings, services=services),
+                  sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(to_text(cluster, verdict, args))
+        sys.stdout.write(to_text(cluster, verdict, args, warnings=teardown_warnings, services=services))
     return 0 if verdict.completed else 1
+
+
+def _services(manifests: Sequence[Manifest]) -> list[tuple[CriticalService, Manifest]]:
+    out = []
+    for m in manifests:
+        if is_critical_service(m.obj):
+            try:
+                out.append((parse_critical_service(m.obj), m))
+            except Exception:  # the cluster accepted it; a hint is not worth failing for
+                continue
+    return out
 
 
 def _quiet(e: Event) -> bool:
@@ -71,7 +155,57 @@ def _quiet(e: Event) -> bool:
     return e.outcome == REMOVED and e.actor == "garbage-collector"
 
 
-def to_text(cluster: Cluster, verdict: Verdict, args: argparse.Namespace) -> str:
+def _wrap(text: str, indent: str = "  ", subsequent: str = "    ") -> list[str]:
+    return textwrap.wrap(text, width=WIDTH, initial_indent=indent, subsequent_indent=subsequent,
+                         break_on_hyphens=False)
+
+
+def _warn_deletes(warnings: Sequence[GateWarning]) -> int:
+    return len({w.ref for w in warnings if w.operation == "DELETE"})
+
+
+def _source_of(m: Manifest, files: Sequence[str]) -> str | None:
+    """The -f argument a manifest came from, if it can be read again (not standard input)."""
+    for f in files:
+        if f != "-" and (m.where == f or m.where.startswith(f)):
+            return f
+    return None
+
+
+def next_steps(cluster: Cluster, args: argparse.Namespace, *, warnings: Sequence[GateWarning],
+               services: Sequence[tuple[CriticalService, Manifest]], stuck: bool) -> list[tuple[str, str]]:
+    """(command, what it shows) to try after this run."""
+    files = " ".join(f"-f {shlex.quote(f)}" for f in args.filename)
+    steps = [(f"criticalsvc plan {files}", "the order the gate enforces, as numbered phases")]
+    for cs, m in services[:1]:
+        source = _source_of(m, args.filename)
+        provider = cs.provider
+        t = cluster.store.mapper.lookup(provider.group_resource)
+        kind = (cluster.kinds.get(provider.group_resource) or (t.kind if t is not None else
+                                                                 provider.group_resource.resource)).lower()
+        ns = f" -n {provider.namespace}" if provider.namespace else ""
+        state = f" --state {shlex.quote(source)}" if source else " --state BUNDLE.yaml"
+        steps.append((f"criticalsvc explain {kind}/{provider.name}{ns}{state}",
+                      f"the gate's answer for {cluster.describe(provider)} before the teardown, "
+                      "criterion by criterion"))
+    if warnings:
+        warned = sorted({cs.name for cs, _m in services if cs.enforcement == Enforcement.WARN})
+        if warned:
+            steps.append((f"criticalsvc simulate {files}",
+                          f"again after setting enforcement: Enforce in {', '.join(warned)} (or removing the "
+                          "field): the gate then holds back what it warned about"))
+    if args.no_gate:
+        steps.append((f"criticalsvc simulate {files}", "the same teardown with the gate"))
+    else:
+        steps.append((f"criticalsvc simulate {files} --no-gate", "the same teardown without the gate"
+                      + (": what the gate saves you from" if not stuck else "")))
+    steps.append(("criticalsvc serve --embedded --kubeconfig-out /tmp/k &",
+                  "a live stand-in cluster for the real kubectl and explain --kubeconfig /tmp/k (README)"))
+    return steps
+
+
+def to_text(cluster: Cluster, verdict: Verdict, args: argparse.Namespace, *, warnings: Sequence[GateWarning] = (),
+            services: Sequence[tuple[CriticalService, Manifest]] = ()) -> str:
     n_bundles = len(cluster.bundles)
     total = sum(len(v) for v in cluster.bundles.values())
     client = CLIENT_WORDS[args.client]
@@ -84,12 +218,24 @@ def to_text(cluster: Cluster, verdict: Verdict, args: argparse.Namespace) -> str
         f"({n_bundles} bundle{'s' if n_bundles != 1 else ''}), all at once.",
         f"  deleted by: {client}",
         f"  gate: {'OFF (--no-gate)' if args.no_gate else 'on'};  namespace content: {ns_mode};  seed: {args.seed}",
+        *_wrap(WORDS, indent="", subsequent="  "),
         "",
         "What happened (virtual time since the delete; identical retries folded into one line):",
         render_text(cluster.timeline.events, short=cluster.describe, width=WIDTH, hide=_quiet).rstrip("\n"),
         "",
-        "Order (marked: deletion started; gone: removed from the API):",
     ]
+    if warnings:
+        deletes = _warn_deletes(warnings)
+        out.append(f"Warnings from the gate (enforcement: Warn): it let {deletes} DELETE{'s' if deletes != 1 else ''} "
+                   "through that Enforce would have refused:" if deletes else "Warnings from the gate:")
+        for w in warnings:
+            head = f"  +{w.time:9.3f}s  {w.operation} {cluster.describe(w.ref)}"
+            if w.count > 1:
+                head += f" [×{w.count}, last at +{w.last:.3f}s]"
+            out.append(head + ":")
+            out += _wrap(w.text, indent=" " * 17, subsequent=" " * 17)
+        out.append("")
+    out.append("Order (marked: deletion started; gone: removed from the API):")
     name_w = min(max((len(cluster.describe(r)) for r, _m in cluster.order()), default=0), 70)
     for ref, mark in cluster.order():
         gone = f"gone +{mark.gone[0]:.3f}s" if mark.gone else "STILL HERE"
@@ -105,11 +251,27 @@ def to_text(cluster: Cluster, verdict: Verdict, args: argparse.Namespace) -> str
             out.append(f"  {cluster.describe(hold.ref)} ({state})")
             for reason in hold.reasons:
                 out.append(f"    - {reason}")
-    out += ["", verdict.summary(), ""]
+    steps = next_steps(cluster, args, warnings=warnings, services=services, stuck=not verdict.completed)
+    out += ["", "Try next:"]
+    for command, what in steps:
+        out += _wrap(f"# {what}", indent="  ", subsequent="  # ")
+        out.append(f"  {command}")
+    out += ["", summary(verdict, warnings), ""]
     return "\n".join(out)
 
 
-def to_json(cluster: Cluster, verdict: Verdict, args: argparse.Namespace) -> dict[str, Any]:
+def summary(verdict: Verdict, warnings: Sequence[GateWarning]) -> str:
+    """The verdict's line, and, when the gate only warned, that it did."""
+    text = verdict.summary()
+    deletes = _warn_deletes(warnings)
+    if deletes:
+        text += (f" The gate only warned (enforcement: Warn) and let {deletes} DELETE{'s' if deletes != 1 else ''} "
+                 "through that Enforce would have refused (see Warnings above).")
+    return text
+
+
+def to_json(cluster: Cluster, verdict: Verdict, args: argparse.Namespace, *, warnings: Sequence[GateWarning] = (),
+            services: Sequence[tuple[CriticalService, Manifest]] = ()) -> dict[str, Any]:
     def ref_dict(ref: Any) -> dict[str, str]:
         return {"group": ref.group_resource.group, "resource": ref.group_resource.resource,
                 "namespace": ref.namespace, "name": ref.name, "display": cluster.describe(ref)}
@@ -127,4 +289,8 @@ def to_json(cluster: Cluster, verdict: Verdict, args: argparse.Namespace) -> dic
                    "gone": None if m.gone is None else {"time": round(m.gone[0], 6), "seq": m.gone[1]}}
                   for ref, m in cluster.order()],
         "verdict": verdict.to_dict(),
+        "warnings": [w.to_dict(cluster.describe) for w in warnings],
+        "next": [{"command": c, "shows": what}
+                 for c, what in next_steps(cluster, args, warnings=warnings, services=services,
+                                           stuck=not verdict.completed)],
     }
