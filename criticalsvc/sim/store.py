@@ -356,7 +356,9 @@ class Store:
         if old_md.get("deletionTimestamp"):
             added = set(md.get("finalizers") or []) - set(old_md.get("finalizers") or [])
             if added:
-                raise APIError(422, "Invalid", f'{gr} "{key[2]}" is invalid: metadata.finalizers: Forbidden: no new '
+                # NewInvalid names the group-qualified kind: `ConfigMap`, `Deployment.apps`.
+                kind = f"{current.get('kind')}.{gr.group}" if gr.group else str(current.get("kind"))
+                raise APIError(422, "Invalid", f'{kind} "{key[2]}" is invalid: metadata.finalizers: Forbidden: no new '
                                f"finalizers can be added if the object is being deleted, found new finalizers "
                                f"{_go_strings(sorted(added))}")
         if obj.get("spec") != current.get("spec"):
