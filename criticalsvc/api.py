@@ -73,6 +73,9 @@ ROUTED_PROVIDERS = frozenset({GroupResource("apps", "deployments"), GroupResourc
                               GroupResource("apps", "daemonsets")})
 CRDS = GroupResource("apiextensions.k8s.io", "customresourcedefinitions")
 CRITICAL_SERVICES = GroupResource(GROUP, PLURAL)
+# Every type whose DELETEs the shipped configuration sends to the gate: the workloads rule plus the
+# namespaces, CRDs and CriticalServices rules. A provider of one of these types is gated itself.
+GATED_DELETES = ROUTED_PROVIDERS | {NAMESPACES, CRDS, CRITICAL_SERVICES}
 
 
 @attrs.frozen(order=True)

@@ -37,8 +37,8 @@ from .api import (
     CRITICAL_SERVICES,
     DELETION_PROTECTED_ALWAYS,
     DELETION_PROTECTED_LABEL,
+    GATED_DELETES,
     NAMESPACES,
-    ROUTED_PROVIDERS,
     CriticalService,
     Enforcement,
     GroupResource,
@@ -309,7 +309,7 @@ def _spec_warnings(cs: CriticalService, state: ClusterState) -> list[str]:
     if provider_type is None:
         out.append(f"spec.provider: {cs.provider.group_resource} is not served (yet); nothing is protected "
                    "until it is")
-    elif provider_type not in ROUTED_PROVIDERS:
+    elif provider_type not in GATED_DELETES:
         out.append(f"spec.provider: {not_routed(cs, provider_type)}")
     for i, c in enumerate(cs.criteria):
         named = criteria.named_resource(c)

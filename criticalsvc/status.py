@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import criteria
-from .api import ROUTED_PROVIDERS, CriticalService, Enforcement, GroupResource
+from .api import GATED_DELETES, CriticalService, Enforcement, GroupResource
 from .state import ClusterState
 
 # The status is an API object other tools read; five blockers are enough to act on.
@@ -52,7 +52,7 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         ready = _condition("Ready", False, "ProviderTypeNotServed",
                            f"{cs.provider.group_resource} is not served; nothing is protected until it is",
                            now=stamp, generation=generation, previous=prev_conditions)
-    elif provider_type not in ROUTED_PROVIDERS:
+    elif provider_type not in GATED_DELETES:
         ready = _condition("Ready", False, "ProviderNotRouted", not_routed(cs, provider_type),
                            now=stamp, generation=generation, previous=prev_conditions)
     else:
@@ -88,12 +88,14 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
 
 
 def not_routed(cs: CriticalService, provider_type: GroupResource) -> str:
-    """Why a provider of an unrouted type is only half protected, and what to do about it."""
-    routed = ", ".join(sorted(str(gr) for gr in ROUTED_PROVIDERS))
+    """Why a provider of an unrouted type is only half protected, and what to do about it.
+
+    Short enough for an admission warning (256 characters): the routed types are in GATED_DELETES.
+    """
     where = f"only deleting its namespace {cs.provider.namespace} is gated" if cs.provider.namespace else \
         "nothing is gated"
-    return (f"the webhook configuration sends no DELETE of {provider_type} to the gate (it routes {routed}), "
-            f"so {where}; add {provider_type} to its workloads rule to gate {cs.provider} itself")
+    return (f"the webhook configuration sends no DELETE of {provider_type} to the gate, so {where}; add "
+            f"{provider_type} to its workloads rule to gate {cs.provider} itself")
 
 
 def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:

@@ -88,3 +88,26 @@ def test_unserved_provider_type_is_not_ready(story):
     status = compute_status(ghost, state, now=0)
     assert _cond(status, "Ready")["status"] == "False"
     assert _cond(status, "Ready")["reason"] == "ProviderTypeNotServed"
+
+
+@pytest.mark.parametrize("provider", [ObjectRef(GroupResource("", "namespaces"), "", "finalizer-namespace"),
+                                      ObjectRef(CRDS, "", "coolresources.my.crd.group")])
+def test_a_namespace_or_crd_provider_is_routed(story, provider):
+    """Namespaces and CRDs have webhook rules of their own: as providers they are gated, so Ready is True
+    (it said ProviderNotRouted, and CREATE warned, although their DELETEs reach the gate)."""
+    import attrs
+
+    from tests.test_decision import write
+
+    state, cs = story
+    as_provider = attrs.evolve(cs, provider=provider)
+    ready = _cond(compute_status(as_provider, state, now=0), "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Enforcing"), ready
+    body = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "p"},
+            "spec": {"provider": {"group": provider.group_resource.group,
+                                  "resource": provider.group_resource.resource, "name": provider.name},
+                     "criteria": [{"type": "SpecificResource", "specificResource": {
+                         "group": "apps", "resource": "deployments", "namespace": "elsewhere", "name": "x"}}]}}
+    decision = write(state, body)
+    assert decision.allowed, decision.message
+    assert not [w for w in decision.warnings if "spec.provider" in w], decision.warnings
