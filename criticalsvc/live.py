@@ -51,6 +51,7 @@ from .cache.transport import (
     APIStatusError,
     Transport,
     TransportError,
+    list_items,
 )
 from .decision import AdmissionRequest, Decision, Rule, decide, deny
 from .errors import InvalidInput, StateUnavailable
@@ -391,8 +392,8 @@ class LiveReader:
         while True:
             # No resourceVersion: a consistent read, the point of confirming.
             page = await self.transport.get(path, params, timeout=self._left(deadline), accept=accept)
-            page_items = page.get("items")
-            if not isinstance(page_items, list):
+            page_items = list_items(page)
+            if page_items is None:
                 raise TransportError(f"LIST {path}: the answer has no items")
             items.extend(i for i in page_items if isinstance(i, dict))
             metadata: Mapping[str, Any] = page["metadata"] if isinstance(page.get("metadata"), Mapping) else {}

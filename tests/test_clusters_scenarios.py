@@ -359,3 +359,45 @@ def test_no_new_finalizers_after_deletion_timestamp(cluster: Backend, namespace:
         'is being deleted, found new finalizers []string{"example.com/b"}')
     assert cluster.admin.merge_patch(path, {"metadata": {"finalizers": None}}).status_code == 200
     wait_for(lambda: not cluster.admin.exists(path), timeout=30, what="the configmap to go")
+
+
+# --- empty lists ------------------------------------------------------------------------------------------
+def test_criteria_over_types_with_no_objects_hold_and_keep_the_gate_ready(cluster: Backend, namespace: str) -> None:
+    """A Resources criterion that matches nothing and a Finalizer criterion over a CRD with no instances
+    both hold: the provider may go, and the gate stays ready. (The real API server answers an empty
+    metadata-only LIST with `"items": null`; the gate once took that for a malformed answer, denied the
+    provider forever and never became ready.)"""
+    group = f"{unique('empty')}.example.com"
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": f"gadgets.{group}"},
+           "spec": {"group": group, "scope": "Namespaced",
+                    "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                        "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    crd_path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.{group}"
+    _create(cluster, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    reader = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+              "metadata": {"name": f"read-{group}", "labels": {"criticalsvc.io/aggregate-to-reader": "true"}},
+              "rules": [{"apiGroups": [group], "resources": ["gadgets"], "verbs": ["get", "list", "watch"]}]}
+    _create(cluster, "/apis/rbac.authorization.k8s.io/v1/clusterroles", reader)
+    ok(cluster.kubectl("wait", "--for=condition=Established", f"crd/gadgets.{group}", "--timeout=60s"))
+    _create(cluster, _deployments(namespace), deployment_manifest("provider", namespace, replicas=0))
+    service = f"empty-{namespace}"
+    _create(cluster, CRITICAL_SERVICES, _critical_service(service, namespace, "provider", [
+        {"type": "Resources", "resources": {"group": "apps", "resource": "deployments", "namespace": namespace,
+                                            "selector": {"matchLabels": {"role": "none"}}}},
+        {"type": "Finalizer", "finalizer": {"group": group, "resource": "gadgets",
+                                            "finalizerName": f"{group}/cleanup"}}]))
+    provider = f"{_deployments(namespace)}/provider"
+    try:
+        wait_for(lambda: (cluster.admin.get(f"{CRITICAL_SERVICES}/{service}") or {}).get("status", {})
+                 .get("unmetCriteria") == 0, timeout=60, what="the status to say no criterion is unmet")
+        dry = cluster.admin.delete(provider, params={"dryRun": "All"})
+        assert dry.status_code == 200, dry.text
+        # Nothing else is held up: the gate answers (not 500 "failed calling webhook" from a gate not ready).
+        other = _create(cluster, _deployments(namespace), deployment_manifest("other", namespace, replicas=0))
+        assert cluster.admin.delete(f"{_deployments(namespace)}/{other['metadata']['name']}").status_code == 200
+    finally:
+        for path in (provider, f"{CRITICAL_SERVICES}/{service}", crd_path,
+                     f"/apis/rbac.authorization.k8s.io/v1/clusterroles/read-{group}"):
+            _delete_when_allowed(cluster, path)

@@ -53,6 +53,7 @@ from .transport import (
     APIStatusError,
     Transport,
     TransportError,
+    list_items,
 )
 
 log = structlog.get_logger("criticalsvc.cache")
@@ -221,8 +222,8 @@ class Reflector:
             # No resourceVersion: a consistent (quorum) read; "0" could serve a stale watch-cache copy.
             page = await self.transport.get(path, params, timeout=self.list_timeout, accept=accept)
             metadata = _mapping(page.get("metadata"))
-            page_items = page.get("items")
-            if not isinstance(page_items, list):
+            page_items = list_items(page)
+            if page_items is None:
                 raise TransportError(f"LIST {path}: the answer has no items")
             items.extend(i for i in page_items if isinstance(i, dict))
             resource_version = str(metadata.get("resourceVersion") or resource_version)

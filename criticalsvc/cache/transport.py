@@ -43,6 +43,22 @@ ACCEPT_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s
 ACCEPT_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
 ACCEPT_JSON = "application/json"
 
+
+def list_items(page: Mapping[str, Any]) -> list[Any] | None:
+    """A LIST answer's items; None when the answer is not a list.
+
+    An empty list can come as `"items": null`: the API server encodes an empty PartialObjectMetadataList
+    from a nil Go slice (measured on kube-apiserver 1.37.2 for Deployments and custom resources alike;
+    plain JSON lists answer `[]`). Treating that as "no items" left a Resources criterion with nothing
+    to wait for unverifiable, and a Finalizer criterion's type never synced (the gate stayed unready).
+    """
+    if "items" not in page:
+        return None
+    items = page["items"]
+    if items is None:
+        return []
+    return items if isinstance(items, list) else None
+
 # aiohttp's line iterator gives up on lines over 128 KiB; an annotated object in a watch stream can be
 # larger (a last-applied-configuration annotation alone can reach the 256 KiB annotation limit), so
 # lines are cut from 1 MiB chunks by hand, as kopf does (kopf issue #275).

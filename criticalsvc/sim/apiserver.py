@@ -923,6 +923,12 @@ class StandIn:
         rv, items, printer = await self.read(op)
         if printer is not None:
             return _json(self._table(printer, items, str(rv), form))
+        if form.metadata_list:
+            # As the real API server encodes it: an empty list's items are `null` (a nil Go slice).
+            partial = [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}
+                       for o in items]
+            return _json({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                          "metadata": {"resourceVersion": str(rv)}, "items": partial or None})
         return _json({"kind": f"{t.kind}List", "apiVersion": t.api_version,
                       "metadata": {"resourceVersion": str(rv)}, "items": items})
 
@@ -1446,11 +1452,13 @@ def _aggregated(groups: Mapping[str, Mapping[str, list[_Served]]], stale: Iterab
 
 
 class _OutputForm(NamedTuple):
-    """What a GET answers: the object(s) as stored, or a meta.k8s.io Table of them (kubectl get)."""
+    """What a GET answers: the object(s) as stored, a meta.k8s.io Table of them (kubectl get), or, for a
+    list, a PartialObjectMetadataList (metadata-only informers, the gate's caches)."""
 
     table: bool = False
     group_version: str = "meta.k8s.io/v1"
     include_object: str = ""
+    metadata_list: bool = False
 
 
 TABLE_VERSIONS = ("v1", "v1beta1")
@@ -1458,8 +1466,9 @@ TABLE_VERSIONS = ("v1", "v1beta1")
 
 def _output_form(request: Request, params: Mapping[str, str]) -> _OutputForm:
     """The first form of the Accept header this stand-in serves: `application/json;as=Table;v=v1;g=meta.k8s.io`
-    (or v1beta1) for a Table, plain JSON otherwise (protobuf and YAML answers are not served, so those
-    entries are passed over; so are PartialObjectMetadata forms)."""
+    (or v1beta1) for a Table, `as=PartialObjectMetadataList;g=meta.k8s.io;v=v1` for a metadata-only list,
+    plain JSON otherwise (protobuf and YAML answers are not served, so those entries are passed over; so
+    is the single-object PartialObjectMetadata form, whose clients also accept JSON)."""
     for media in request.headers.get("accept", "").split(","):
         kind, *options = (p.strip() for p in media.split(";"))
         opts = {k.strip().lower(): v.strip() for k, _, v in (o.partition("=") for o in options)}
@@ -1469,6 +1478,8 @@ def _output_form(request: Request, params: Mapping[str, str]) -> _OutputForm:
             return _OutputForm()
         if opts["as"] == "Table" and opts.get("g") == "meta.k8s.io" and opts.get("v") in TABLE_VERSIONS:
             return _OutputForm(True, f"meta.k8s.io/{opts['v']}", params.get("includeObject", ""))
+        if opts["as"] == "PartialObjectMetadataList" and opts.get("g") == "meta.k8s.io" and opts.get("v") == "v1":
+            return _OutputForm(metadata_list=True)
     return _OutputForm()
 
 
