@@ -35,7 +35,8 @@ def test_operator_and_crd_cleanup_work_in_real_time():
         took = await until(lambda: not store.exists(COOL, "cool-apps", "alpha"))
         assert took >= 0.01
         store.delete(ObjectRef(CRDS, "", "coolresources.my.crd.group"))
-        await until(lambda: not store.exists(CRDS, "", "coolresources.my.crd.group"))
+        # The CRD cleanup finds the instances gone on its next poll (every 5 s, as kube-apiserver's).
+        await until(lambda: not store.exists(CRDS, "", "coolresources.my.crd.group"), timeout=8.0)
         assert not store.exists(COOL, "cool-apps", "beta")
         actors = {e.actor for e in cluster.timeline}
         assert {"finalizer-namespace/finalizer-deployment", "crd-cleanup"} <= actors
