@@ -306,6 +306,18 @@ class ControlPlane:
         self.apiserver.start()
         self.wait_apiserver_ready()
 
+    def wait_etcd_ready(self) -> None:
+        poll(lambda: _http_ok(f"{self.etcd_url}/health"), timeout=READY_TIMEOUT, what="etcd /health",
+             alive=self.etcd.check_alive)
+
+    def restart_etcd(self, *, down: float = 0.0) -> None:
+        """Stop etcd (SIGTERM), leave it down for `down` seconds, start it again on the same ports and data
+        directory, and wait for its /health. The API server stays up and reconnects by itself."""
+        self.etcd.stop()
+        time.sleep(down)
+        self.etcd.start()
+        self.wait_etcd_ready()
+
     def check_alive(self) -> None:
         for process in self.processes():
             process.check_alive()
