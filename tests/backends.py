@@ -169,3 +169,22 @@ def deployment_manifest(name: str, namespace: str, replicas: int = 1) -> dict[st
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
                      "template": {"metadata": {"labels": {"app": name}},
                                   "spec": {"containers": [{"name": "web", "image": "registry.example.com/web:1"}]}}}}
+
+
+def protect_with_user(admin: Client, prefix: str) -> tuple[str, str, str, str]:
+    """A namespace with Deployments `provider` and `user`, and a CriticalService protecting the provider
+    until `user` is gone: (namespace, provider path, user path, service name)."""
+    ns = unique(prefix)
+    assert admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                               "metadata": {"name": ns}}).status_code == 201
+    deployments = f"/apis/apps/v1/namespaces/{ns}/deployments"
+    for name in ("provider", "user"):
+        assert admin.create(deployments, deployment_manifest(name, ns, replicas=0)).status_code == 201
+    service = f"protects-{ns}"
+    created = admin.create("/apis/criticalsvc.io/v1alpha1/criticalservices", {
+        "apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": service},
+        "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": ns, "name": "provider"},
+                 "criteria": [{"type": "SpecificResource", "specificResource": {
+                     "group": "apps", "resource": "deployments", "namespace": ns, "name": "user"}}]}})
+    assert created.status_code == 201, created.text
+    return ns, f"{deployments}/provider", f"{deployments}/user", service

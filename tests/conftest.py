@@ -36,17 +36,9 @@ def realcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluste
     """kube-apiserver, kube-controller-manager and etcd built from the Kubernetes Go modules, with the
     gate installed as a user installs it; one per test session. Skips, saying what is missing, when
     the binaries cannot be built here (no Go toolchain)."""
-    from tests.realcluster import build
-    from tests.realcluster.cluster import real_cluster
+    from tests.realcluster.cluster import built_binaries, real_cluster
 
-    minor = build.selected_minor()
-    binaries = build.cached(minor)
-    if binaries is None:
-        reason = build.missing_toolchain()
-        if reason is not None:
-            pytest.skip(reason)
-        binaries = build.ensure_built(minor)
-    with real_cluster(binaries, tmp_path_factory.mktemp("realcluster")) as cluster:
+    with real_cluster(built_binaries(), tmp_path_factory.mktemp("realcluster")) as cluster:
         yield cluster
 
 

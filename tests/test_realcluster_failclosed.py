@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.backends import RealBackend, deployment_manifest, unique
+from tests.backends import RealBackend, deployment_manifest, protect_with_user, unique
 from tests.realcluster.cluster import RealCluster
 from tests.realcluster.teardown import Observer, RetryingDeleter, Story, apply_story, wait_for
 
@@ -126,27 +126,15 @@ def test_an_expired_watch_relists_and_allows_nothing_wrongly(cluster: RealCluste
     to versions that no longer exist (410 Gone) and list again. A protection restored right after the
     restart is honoured at once: the gate's ALLOW is confirmed by a fresh read, never taken from a
     cache that has not caught up."""
-    ns = unique("expired")
     admin = cluster.admin
-    assert admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": ns}}).status_code == 201
+    ns, provider, user, service = protect_with_user(admin, "expired")
     deployments = f"/apis/apps/v1/namespaces/{ns}/deployments"
-    for name in ("provider", "user"):
-        assert admin.create(deployments, deployment_manifest(name, ns, replicas=0)).status_code == 201
-    service = f"protects-{ns}"
-    created = admin.create(CRITICAL_SERVICES, {
-        "apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": service},
-        "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": ns, "name": "provider"},
-                 "criteria": [{"type": "SpecificResource", "specificResource": {
-                     "group": "apps", "resource": "deployments", "namespace": ns, "name": "user"}}]}})
-    assert created.status_code == 201, created.text
-    provider = f"{deployments}/provider"
 
     def dry_run() -> int:
         return admin.delete(provider, params={"dryRun": "All"}).status_code
 
     wait_for(lambda: dry_run() == 403, timeout=60, what="the gate to protect the provider")
-    assert admin.delete(f"{deployments}/user").status_code == 200
+    assert admin.delete(user).status_code == 200
     wait_for(lambda: dry_run() == 200, timeout=60, what="the gate to see the criterion met")
 
     log = cluster.gate.replicas[0].process.log_path
@@ -162,7 +150,7 @@ def test_an_expired_watch_relists_and_allows_nothing_wrongly(cluster: RealCluste
     wait_for(cluster.gate.replicas[0].ready, timeout=60, what="the gate to be ready again")
     assert dry_run() == 403
 
-    assert admin.delete(f"{deployments}/user").status_code == 200
+    assert admin.delete(user).status_code == 200
     wait_for(lambda: admin.delete(provider).status_code in (200, 404), timeout=60, what="the provider DELETE")
     wait_for(lambda: admin.delete(f"{CRITICAL_SERVICES}/{service}").status_code in (200, 404), timeout=60,
              what="the CriticalService DELETE")

@@ -50,10 +50,9 @@ import pytest
 import yaml
 from cryptography import x509
 
-from tests.backends import deployment_manifest, unique
-from tests.realcluster import build
+from tests.backends import deployment_manifest, protect_with_user, unique
 from tests.realcluster.client import Client
-from tests.realcluster.cluster import RealCluster
+from tests.realcluster.cluster import RealCluster, built_binaries
 from tests.realcluster.controlplane import ControlPlane, free_port, write_kubeconfig
 from tests.realcluster.gate import GateProcess, criticalsvc, install
 from tests.realcluster.teardown import FinalizerController, Observer, RetryingDeleter, Story, apply_story, wait_for
@@ -186,12 +185,7 @@ class Faults:
 
 @pytest.fixture(scope="module")
 def _faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faults]:
-    binaries = build.cached(build.selected_minor())
-    if binaries is None:
-        reason = build.missing_toolchain()
-        if reason is not None:
-            pytest.skip(reason)
-        binaries = build.ensure_built(build.selected_minor())
+    binaries = built_binaries()
     directory = tmp_path_factory.mktemp("faults")
     plane = ControlPlane(binaries, directory)
     proxy: PausableProxy | None = None
@@ -585,25 +579,6 @@ def _wall(event: dict[str, Any]) -> float:
 
 # --- 3b. the confirming read cannot be made -----------------------------------------------------------------
 
-def _protected_pair(admin: Client, prefix: str) -> tuple[str, str, str, str]:
-    """A namespace with Deployments `provider` and `user`, and a CriticalService protecting the provider
-    until `user` is gone: (namespace, provider path, user path, service name)."""
-    ns = unique(prefix)
-    assert admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": ns}}).status_code == 201
-    deployments = f"/apis/apps/v1/namespaces/{ns}/deployments"
-    for name in ("provider", "user"):
-        assert admin.create(deployments, deployment_manifest(name, ns, replicas=0)).status_code == 201
-    service = f"protects-{ns}"
-    created = admin.create(CRITICAL_SERVICES, {
-        "apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": service},
-        "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": ns, "name": "provider"},
-                 "criteria": [{"type": "SpecificResource", "specificResource": {
-                     "group": "apps", "resource": "deployments", "namespace": ns, "name": "user"}}]}})
-    assert created.status_code == 201, created.text
-    return ns, f"{deployments}/provider", f"{deployments}/user", service
-
-
 def _cleanup_pair(admin: Client, ns: str, provider: str, user: str, service: str) -> None:
     admin.delete(user)
     wait_for(lambda: admin.delete(provider).status_code in (200, 404), timeout=60, what="the provider DELETE")
@@ -632,7 +607,7 @@ def test_a_confirming_read_that_cannot_be_made_in_time_denies(faults: Faults) ->
     be verified. Both answered 403 within the API server's 5 s, the provider still there. After resume the
     caches catch up and the provider's DELETE is allowed."""
     admin, gate, proxy = faults.cluster.admin, faults.gate, faults.proxy
-    ns, provider, user, service = _protected_pair(admin, "confirm")
+    ns, provider, user, service = protect_with_user(admin, "confirm")
     deployments = provider.rsplit("/", 1)[0]
 
     def dry_run() -> int:
@@ -690,7 +665,7 @@ def test_etcd_frozen_holds_a_delete_before_the_gate_is_asked(faults: Faults) -> 
     SIGCONT it is admitted as usual and refused (403). So a frozen etcd cannot make the gate decide
     while its own fresh reads hang: that case needs the gate's view frozen instead (the test above)."""
     admin, gate, plane = faults.cluster.admin, faults.gate, faults.plane
-    ns, provider, user, service = _protected_pair(admin, "etcdstop")
+    ns, provider, user, service = protect_with_user(admin, "etcdstop")
     wait_for(lambda: admin.delete(provider, params={"dryRun": "All"}).status_code == 403, timeout=60,
              what="the gate to protect the provider")
     log_offset = gate.process.log_path.stat().st_size

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.realcluster import build
-from tests.realcluster.cluster import RealCluster, real_cluster
+from tests.realcluster.cluster import RealCluster, built_binaries, real_cluster
 from tests.realcluster.teardown import FinalizerController, Observer, RetryingDeleter, Story, apply_story, wait_for
 
 pytestmark = pytest.mark.realcluster
@@ -26,12 +25,7 @@ LEASE = "/apis/coordination.k8s.io/v1/namespaces/criticalsvc-system/leases/criti
 
 @pytest.fixture(scope="module")
 def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    binaries = build.cached(build.selected_minor())
-    if binaries is None:
-        reason = build.missing_toolchain()
-        if reason is not None:
-            pytest.skip(reason)
-        binaries = build.ensure_built(build.selected_minor())
+    binaries = built_binaries()
     with real_cluster(binaries, tmp_path_factory.mktemp("ha"), replicas=2) as cluster:
         yield cluster
 

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
+from . import build
 from .build import Binaries
 from .client import Client
 from .controlplane import ControlPlane
@@ -30,6 +32,18 @@ class RealCluster:
 
     def logs(self) -> str:
         return f"{self.plane.logs()}\n{self.gate.logs()}"
+
+
+def built_binaries() -> Binaries:
+    """The selected Kubernetes version's binaries, built if missing; skips the test, saying what is
+    missing, when they cannot be built here (no Go toolchain)."""
+    binaries = build.cached(build.selected_minor())
+    if binaries is None:
+        reason = build.missing_toolchain()
+        if reason is not None:
+            pytest.skip(reason)
+        binaries = build.ensure_built(build.selected_minor())
+    return binaries
 
 
 @contextlib.contextmanager
