@@ -8,7 +8,7 @@ would be wrong.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .api import API_VERSION, CRDS, KIND, parse_critical_service
@@ -24,12 +24,19 @@ def is_critical_service(obj: Mapping[str, Any]) -> bool:
     return obj.get("kind") == KIND and str(obj.get("apiVersion", "")).startswith(group + "/")
 
 
-def build_state(manifests: Iterable[Manifest], *, mapper: RESTMapper | None = None) -> MemoryState:
+def build_state(manifests: Iterable[Manifest], *, mapper: RESTMapper | None = None,
+                on_invalid: Callable[[Manifest, InvalidInput], None] | None = None,
+                check_crds: bool = False) -> MemoryState:
+    """The state the manifests describe. An invalid document raises, unless `on_invalid` is given: then
+    each one is passed to it and left out, so a caller can report every problem at once; `check_crds`
+    also reports a CRD the mapper cannot learn (no group, plural or kind), which is otherwise skipped."""
     manifests = list(manifests)
     state = MemoryState(mapper)
     for m in manifests:
-        if state.mapper.resource_for_kind(m.api_version, m.kind) == CRDS:
-            state.mapper.learn_crd(m.obj)
+        if state.mapper.resource_for_kind(m.api_version, m.kind) == CRDS and \
+                state.mapper.learn_crd(m.obj) is None and check_crds and on_invalid is not None:
+            on_invalid(m, MalformedManifest("spec", "a CustomResourceDefinition needs spec.group, spec.names.plural "
+                                            "and spec.names.kind", where=m.where))
     for m in manifests:
         # An instance proves its type is served even when the snapshot omits the CRD (`kubectl get
         # coolresources -A -o yaml`); unregistered, its criteria would read as met and ALLOW a protected delete.
@@ -39,7 +46,12 @@ def build_state(manifests: Iterable[Manifest], *, mapper: RESTMapper | None = No
             namespaced = isinstance(metadata, Mapping) and bool(metadata.get("namespace"))
             state.mapper.add(ResourceType(group, version, m.kind, guess_resource(m.kind), m.kind.lower(), namespaced))
     for m in manifests:
-        add_manifest(state, m)
+        try:
+            add_manifest(state, m)
+        except InvalidInput as exc:
+            if on_invalid is None:
+                raise
+            on_invalid(m, exc)
     return state
 
 

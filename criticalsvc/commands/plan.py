@@ -13,6 +13,7 @@ printed), 2 bad input (one line naming the file and document).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -21,11 +22,11 @@ from typing import Any
 
 import networkx as nx
 
-from ..api import CRDS, CriticalService, ObjectRef
+from ..api import CriticalService, ObjectRef
 from ..errors import InvalidInput, MalformedManifest
 from ..graph import find_service_cycle, plan, service_graph, to_dot, to_mermaid
 from ..manifests import Manifest
-from ..snapshot import add_manifest, build_state
+from ..snapshot import build_state
 from ..state import MemoryState
 
 
@@ -136,29 +137,10 @@ def _read(path: str, position: tuple[int, ...], positions: dict[int, tuple[int, 
 def _check(manifests: Sequence[Manifest], positions: dict[int, tuple[int, ...]], *, check_crds: bool
            ) -> list[_Problem]:
     """snapshot.build_state's checks, each document on its own: every problem, not only the first."""
-    from ..restmapper import ResourceType, guess_resource
-
     problems: list[_Problem] = []
-    state = MemoryState()
-    for m in manifests:
-        if state.mapper.resource_for_kind(m.api_version, m.kind) == CRDS and \
-                state.mapper.learn_crd(m.obj) is None and check_crds:
-            problems.append((positions.get(id(m), ()), _label(m.obj), MalformedManifest(
-                "spec", "a CustomResourceDefinition needs spec.group, spec.names.plural and spec.names.kind",
-                where=m.where)))
-    for m in manifests:
-        group, _, version = m.api_version.rpartition("/")
-        if state.mapper.for_kind(group, m.kind) is None:
-            metadata = m.obj.get("metadata")
-            namespaced = isinstance(metadata, Mapping) and bool(metadata.get("namespace"))
-            state.mapper.add(ResourceType(group, version, m.kind, guess_resource(m.kind), m.kind.lower(), namespaced))
-    for m in manifests:
-        try:
-            add_manifest(state, m)
-        except InvalidInput as exc:
-            problems.append((positions.get(id(m), ()), _label(m.obj), exc))
-        except Exception:  # anything else is the command's to report, in its own words
-            continue
+    with contextlib.suppress(Exception):  # anything but invalid input is the command's to report, in its own words
+        build_state(manifests, check_crds=check_crds,
+                    on_invalid=lambda m, exc: problems.append((positions.get(id(m), ()), _label(m.obj), exc)))
     return problems
 
 
