@@ -8,7 +8,8 @@
                                   protects, so it is the last of its group to go
     DELETE of the CriticalService CRD   not while any CriticalService exists: CRD cleanup deletes
                                   the CRs without admission and the gate would silently lose all protection
-    label deletion-protected=Always     deny, always (remove the label to delete)
+    label deletion-protected=Always     deny, always (remove the label to delete); for an object of any
+                                  type, which deploy/'s labelled-objects webhook sends by its label
     annotation break-glass=<reason>     allow what would be denied, with a warning; logged by the caller
     spec.enforcement: Warn              that CriticalService's denials become warnings
     CREATE/UPDATE of a CriticalService  reject an invalid spec or one that closes a dependency cycle;
@@ -16,6 +17,8 @@
 
 Wire facts honoured (design/kubernetes-semantics.md §1, §4): `object` is null on DELETE, so everything is read from
 `oldObject`; `name` is "" for items of a deletecollection, so it comes from `oldObject.metadata.name`;
+a DELETE without oldObject of a type outside GATED_DELETES is denied: only the label can have sent it,
+and the gate holds no copy of such objects to read the label from;
 a repeated DELETE of an object that already carries deletionTimestamp already passed the gate and is
 allowed; a dry-run request gets exactly the same evaluation (this function has no side effects).
 Denials carry code 403/Forbidden explicitly because the API server turns anything below 400 into 400.
@@ -151,15 +154,27 @@ def _is(gr: GroupResource, wanted: GroupResource, state: ClusterState) -> bool:
 
 # --- DELETE ---------------------------------------------------------------------------------------
 def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
-    gr = state.resolve(request.group_resource) or request.group_resource
     old = request.old_object
     metadata: Mapping[str, Any] = old.get("metadata") or {} if isinstance(old, Mapping) else {}
     if not isinstance(metadata, Mapping):
         metadata = {}
     name = request.name or str(metadata.get("name") or "")
-    # For a Namespace the request's `namespace` is its own name; the object is cluster-scoped.
-    ref = ObjectRef(gr, "" if gr == NAMESPACES else request.namespace, name)
+    labels: Mapping[str, Any] = _mapping(metadata.get("labels"))
+    if (old is not None and name and not metadata.get("deletionTimestamp")
+            and labels.get(DELETION_PROTECTED_LABEL) == DELETION_PROTECTED_ALWAYS):
+        # Decided on the request alone: deploy/'s labelled-objects webhook sends objects of any type,
+        # which the gate holds no cache of and whose API group it may not even have discovered.
+        return _labelled(_ref(request, _resolved_leniently(request.group_resource, state), name))
 
+    gr = state.resolve(request.group_resource) or request.group_resource
+    ref = _ref(request, gr, name)
+    if old is None and request.group_resource not in GATED_DELETES and gr not in GATED_DELETES:
+        # Only the labelled-objects webhook routes such types, by oldObject's labels (design/
+        # kubernetes-semantics.md §7); the gate keeps no copy of such objects, so without oldObject it
+        # cannot read the label and does not guess.
+        what, missing = (f"{ref}", "no oldObject") if name else (f"the {gr} being deleted", "no name and no oldObject")
+        return deny(Rule.UNIDENTIFIED, f"criticalsvc cannot read the labels of {what} (the request has {missing}), "
+                    f"so it does not allow it: it must see whether {DELETION_PROTECTED_LABEL} is set")
     if not name:
         # Without oldObject and name nothing identifies the object (pre-1.15 collection deletes).
         if _could_be_gated(gr, request.namespace, state):
@@ -168,19 +183,17 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
         return allow(Rule.NOT_GATED)
     if old is None:
         stored = state.get(ref)
-        labels: Mapping[str, Any] = stored.labels if stored else {}
+        labels = stored.labels if stored else {}
         annotations: Mapping[str, Any] = {}
         deletion_timestamp = stored.deletion_timestamp if stored else None
     else:
-        labels = _mapping(metadata.get("labels"))
         annotations = _mapping(metadata.get("annotations"))
         deletion_timestamp = metadata.get("deletionTimestamp")
 
     if deletion_timestamp:
         return allow(Rule.ALREADY_TERMINATING)
     if labels.get(DELETION_PROTECTED_LABEL) == DELETION_PROTECTED_ALWAYS:
-        return deny(Rule.DELETION_PROTECTED, f"{ref} is labelled {DELETION_PROTECTED_LABEL}="
-                    f"{DELETION_PROTECTED_ALWAYS}; remove the label to delete it")
+        return _labelled(ref)
 
     blocks: list[Block] = []
     protected = False
@@ -207,6 +220,25 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
         blocks += _criteria_blocks(cs, state, "protects it")
 
     return _conclude(ref, blocks, annotations, protected=protected)
+
+
+def _ref(request: AdmissionRequest, gr: GroupResource, name: str) -> ObjectRef:
+    # For a Namespace the request's `namespace` is its own name; the object is cluster-scoped.
+    return ObjectRef(gr, "" if gr == NAMESPACES else request.namespace, name)
+
+
+def _resolved_leniently(gr: GroupResource, state: ClusterState) -> GroupResource:
+    """The canonical name of `gr` if the state can tell, else `gr` as the request spelt it (a request's
+    resource is already the plural the API server serves)."""
+    try:
+        return state.resolve(gr) or gr
+    except StateUnavailable:
+        return gr
+
+
+def _labelled(ref: ObjectRef) -> Decision:
+    return deny(Rule.DELETION_PROTECTED, f"{ref} is labelled {DELETION_PROTECTED_LABEL}="
+                f"{DELETION_PROTECTED_ALWAYS}; remove the label to delete it")
 
 
 def _could_be_gated(gr: GroupResource, namespace: str, state: ClusterState) -> bool:

@@ -5,10 +5,10 @@ stand-in over the simulator's store, with the CriticalService CRD installed), it
 running in real time (namespace controller, CRD cleanup, garbage collector, and each provider's
 finalizer controller), certificates generated into a temporary directory, and the webhook
 registered from deploy/base/webhook.yaml exactly as the bundle registers it (rules, failurePolicy,
-namespaceSelector, timeout), pointed at the gate's own HTTPS port. A kubeconfig for the stand-in is
-written so that `kubectl --kubeconfig PATH apply/delete -f ...` works against it. It is written
-atomically (a temporary file renamed over PATH), and `serve --embedded` writes it only once the gate
-is registered and ready: a script may wait for the file (`until [ -s PATH ]; do sleep 0.2; done`)
+namespaceSelector, objectSelector, timeout), pointed at the gate's own HTTPS port. A kubeconfig for
+the stand-in is written so that `kubectl --kubeconfig PATH apply/delete -f ...` works against it. It
+is written atomically (a temporary file renamed over PATH), and `serve --embedded` writes it only
+once the gate is registered and ready: a script may wait for the file (`until [ -s PATH ]; do sleep 0.2; done`)
 and use it at once.
 """
 

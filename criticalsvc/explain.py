@@ -55,12 +55,16 @@ class Explanation:
 def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | None = None) -> Explanation:
     """The gate's answer for DELETE of `target` now, with every CriticalService that has a say."""
     stored = state.get(target)
-    if obj is None and stored is not None:
-        metadata: dict[str, Any] = {"name": stored.name, "labels": dict(stored.labels)}
-        if stored.namespace:
-            metadata["namespace"] = stored.namespace
-        if stored.deletion_timestamp:
-            metadata["deletionTimestamp"] = stored.deletion_timestamp
+    if obj is None:
+        # What the API server would send as oldObject: the stored object, or (not in the state) one
+        # without labels, so the answer is the gate's for an unlabelled object of that name.
+        metadata: dict[str, Any] = {"name": target.name}
+        if stored is not None:
+            metadata["labels"] = dict(stored.labels)
+            if stored.deletion_timestamp:
+                metadata["deletionTimestamp"] = stored.deletion_timestamp
+        if target.namespace:
+            metadata["namespace"] = target.namespace
         obj = {"metadata": metadata}
     request = AdmissionRequest(
         uid="explain", group_resource=target.group_resource, operation="DELETE", name=target.name,

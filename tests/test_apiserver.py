@@ -14,7 +14,7 @@ import httpx
 import orjson
 import pytest
 
-from criticalsvc.api import NAMESPACES, GroupResource, ObjectRef
+from criticalsvc.api import DELETION_PROTECTED_LABEL, NAMESPACES, GroupResource, ObjectRef
 from criticalsvc.manifests import load_path
 from criticalsvc.sim.apiserver import (
     DISCOVERY_V2,
@@ -31,6 +31,7 @@ from criticalsvc.sim.store import Store, Webhook, WebhookRule, gate_hook
 from criticalsvc.sim.webhook_client import register_webhooks
 
 ROOT = Path(__file__).resolve().parents[1]
+PROTECTED = DELETION_PROTECTED_LABEL
 KUBECTL_DISCOVERY_ACCEPT = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
                             "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"
                             "application/json")
@@ -431,7 +432,8 @@ async def test_configured_webhook_skips_excluded_namespaces() -> None:
 
 
 def test_the_project_webhook_configuration_registers_and_matches() -> None:
-    """deploy/'s ValidatingWebhookConfiguration registers four webhooks that gate what the rules say."""
+    """deploy/'s ValidatingWebhookConfiguration registers five webhooks that gate what the rules say; on
+    DELETE the objectSelectors are matched on oldObject, so each object goes to exactly one webhook."""
     import yaml
 
     config = yaml.safe_load((ROOT / "deploy/base/webhook.yaml").read_text())
@@ -447,19 +449,151 @@ def test_the_project_webhook_configuration_registers_and_matches() -> None:
     webhooks = register_webhooks(store, config, ca_bundle=b"-----BEGIN CERTIFICATE-----", hook_factory=factory,
                                  resolve_service=lambda ns, name, port, path: f"https://127.0.0.1:8443{path}")
     deploys, cs = GroupResource("apps", "deployments"), GroupResource("criticalsvc.io", "criticalservices")
+    configmaps = GroupResource("", "configmaps")
+    clusterroles = GroupResource("rbac.authorization.k8s.io", "clusterroles")
+    plain, locked = {"metadata": {"name": "x"}}, {"metadata": {"name": "x", "labels": {PROTECTED: "Always"}}}
 
-    def called(operation: str, gr: GroupResource, ns: str) -> list[str]:
-        return [w.name for w in store.webhooks if w.matches(operation, gr, ns)]
+    def called(operation: str, gr: GroupResource, ns: str, old: Any = plain, obj: Any = None) -> list[str]:
+        return [w.name for w in store.webhooks if w.matches(operation, gr, ns, obj, old)]
 
     assert [w.name for w in webhooks] == ["namespaces.gate.criticalsvc.io", "workloads.gate.criticalsvc.io",
-                                          "criticalservices.gate.criticalsvc.io", "crds.gate.criticalsvc.io"]
-    assert made == [("https://127.0.0.1:8443/validate", 5)] * 4
+                                          "criticalservices.gate.criticalsvc.io", "crds.gate.criticalsvc.io",
+                                          "labelled.gate.criticalsvc.io"]
+    assert made == [("https://127.0.0.1:8443/validate", 5)] * 5
     assert called("DELETE", deploys, "team") == ["workloads.gate.criticalsvc.io"]
-    assert called("DELETE", deploys, "kube-system") == []
-    assert called("UPDATE", deploys, "team") == []
+    assert called("DELETE", deploys, "team", locked) == ["labelled.gate.criticalsvc.io"]
+    assert called("DELETE", deploys, "kube-system") == called("DELETE", deploys, "kube-system", locked) == []
+    assert called("UPDATE", deploys, "team", locked, locked) == []
     assert called("DELETE", NAMESPACES, "criticalsvc-system") == []
+    assert called("DELETE", NAMESPACES, "criticalsvc-system", locked) == []
     assert called("DELETE", NAMESPACES, "team") == ["namespaces.gate.criticalsvc.io"]
-    assert called("CREATE", cs, "") == ["criticalservices.gate.criticalsvc.io"]
+    assert called("DELETE", NAMESPACES, "team", locked) == ["labelled.gate.criticalsvc.io"]
+    assert called("CREATE", cs, "", None, plain) == ["criticalservices.gate.criticalsvc.io"]
+    assert called("CREATE", cs, "", None, locked) == ["criticalservices.gate.criticalsvc.io"]
+    assert called("DELETE", cs, "", locked) == ["criticalservices.gate.criticalsvc.io", "labelled.gate.criticalsvc.io"]
+    # Any other type: only when labelled, cluster-scoped ones included; never the webhook configurations.
+    assert called("DELETE", configmaps, "team") == []
+    assert called("DELETE", configmaps, "team", locked) == ["labelled.gate.criticalsvc.io"]
+    assert called("DELETE", configmaps, "kube-system", locked) == []
+    assert called("DELETE", clusterroles, "", locked) == ["labelled.gate.criticalsvc.io"]
+    assert called("DELETE", GroupResource("widgets.example.com", "widgets"), "team", locked) == [
+        "labelled.gate.criticalsvc.io"]
+    vwc = GroupResource("admissionregistration.k8s.io", "validatingwebhookconfigurations")
+    assert called("DELETE", vwc, "", locked) == []
+    assert called("CREATE", configmaps, "team", None, locked) == []
+
+
+def _selecting(selector: dict[str, Any], **extra: Any) -> Any:
+    """A store with namespace "team" and one registered webhook with this objectSelector (any rule fields
+    in `extra` replace the DELETE-everything default); the webhook's matches() as a function."""
+    rule = {"operations": ["DELETE"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], **extra}
+    config = {"webhooks": [{"name": "sel.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                            "clientConfig": {"url": "https://sel.example.com/"}, "rules": [rule],
+                            "objectSelector": selector}]}
+    store = Store(clock=time.time)
+    store.create(namespace("team"))
+    (webhook,) = register_webhooks(store, config, hook_factory=lambda url, **_: (lambda review: {}))
+    return webhook.matches
+
+
+def _labelled(**labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": "x", "labels": labels}}
+
+
+@pytest.mark.parametrize(("selector", "obj", "old", "expected"), [
+    # On DELETE, object is null: only oldObject's labels count.
+    ({"matchLabels": {"a": "1"}}, None, _labelled(a="1"), True),
+    ({"matchLabels": {"a": "1"}}, None, _labelled(a="2"), False),
+    ({"matchLabels": {"a": "1"}}, None, _labelled(), False),
+    ({"matchLabels": {"a": "1"}}, None, {"metadata": {"name": "x"}}, False),
+    # Either object or oldObject matching is enough (an UPDATE that adds or removes the label).
+    ({"matchLabels": {"a": "1"}}, _labelled(a="1"), _labelled(), True),
+    ({"matchLabels": {"a": "1"}}, _labelled(), _labelled(a="1"), True),
+    # A null object never matches, not even a selector that matches an empty label set.
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, None, None, False),
+    ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, None, None, False),
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, None, _labelled(), True),
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, None, _labelled(a="1"), False),
+    ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, None, _labelled(a=""), True),
+    # Requirements are ANDed.
+    ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "In", "values": ["2", "3"]}]},
+     None, _labelled(a="1", b="3"), True),
+    ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "In", "values": ["2", "3"]}]},
+     None, _labelled(a="1"), False),
+    # An empty (or absent) selector matches every request, null objects included.
+    ({}, None, None, True),
+    (None, None, None, True),
+], ids=["old-matches", "old-other-value", "old-no-labels", "old-no-labels-field", "object-matches",
+        "old-matches-object-not", "null-notin", "null-doesnotexist", "notin-unlabelled", "notin-labelled",
+        "exists-empty-value", "anded", "anded-one-missing", "empty", "absent"])
+def test_object_selector_matches_object_or_old_object(selector: Any, obj: Any, old: Any, expected: bool) -> None:
+    """objectSelector as in apiserver predicates/object/matcher.go: an empty selector matches everything,
+    otherwise object or oldObject must match and a null object never does."""
+    matches = _selecting(selector, operations=["DELETE", "UPDATE"])
+    operation = "DELETE" if obj is None else "UPDATE"
+    assert matches(operation, GroupResource("", "configmaps"), "team", obj, old) is expected
+
+
+def test_a_selected_object_still_needs_the_rules_to_match() -> None:
+    """A labelled object is skipped when the rules do not match; `*` means every resource but no
+    subresource, `*/*` both, `deployments/*` deployments and their subresources (rules.go: a `*` after
+    the slash matches "no subresource" too)."""
+    old = _labelled(a="1")
+    deployments = _selecting({"matchLabels": {"a": "1"}}, apiGroups=["apps"], resources=["deployments"])
+    assert deployments("DELETE", GroupResource("apps", "deployments"), "team", None, old)
+    assert not deployments("DELETE", GroupResource("", "configmaps"), "team", None, old)
+    assert not deployments("DELETE", GroupResource("apps", "deployments/scale"), "team", None, old)
+    assert not deployments("UPDATE", GroupResource("apps", "deployments"), "team", old, old)
+    for resources, top, sub in ((["*"], True, False), (["*/*"], True, True), (["deployments/*"], True, True),
+                                (["*/scale"], False, True)):
+        matches = _selecting({"matchLabels": {"a": "1"}}, resources=resources)
+        assert matches("DELETE", GroupResource("apps", "deployments"), "team", None, old) is top, resources
+        assert matches("DELETE", GroupResource("apps", "deployments/scale"), "team", None, old) is sub, resources
+
+
+def test_a_bad_object_selector_names_the_field() -> None:
+    """An objectSelector the API server would reject is refused with its path."""
+    from criticalsvc.errors import InvalidSpec
+
+    with pytest.raises(InvalidSpec, match=r"webhooks\[0\]\.objectSelector\.matchExpressions\[0\]\.operator"):
+        _selecting({"matchExpressions": [{"key": "a", "operator": "Equals", "values": ["1"]}]})
+
+
+@pytest.mark.anyio
+async def test_the_stand_in_sends_only_labelled_objects_to_a_selecting_webhook() -> None:
+    """Through the HTTP stand-in: a DELETE reaches a webhook with an objectSelector only when the stored
+    object (oldObject) carries the label; unlabelled objects of the same type are deleted untouched."""
+    calls: list[str] = []
+
+    def factory(url: str, **_: Any) -> Any:
+        def hook(review: dict[str, Any]) -> dict[str, Any]:
+            calls.append(review["request"]["name"])
+            return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "response": {"uid": review["request"]["uid"], "allowed": False,
+                                 "status": {"code": 403, "reason": "Forbidden", "message": "locked"}}}
+
+        return hook
+
+    config = {"webhooks": [{
+        "name": "locks.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+        "clientConfig": {"url": "https://locks.example.com/validate"},
+        "rules": [{"operations": ["DELETE"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]}],
+        "objectSelector": {"matchExpressions": [{"key": PROTECTED, "operator": "In", "values": ["Always"]}]}}]}
+    store = Store(clock=time.time)
+    register_webhooks(store, config, hook_factory=factory)
+    configmaps = "/api/v1/namespaces/default/configmaps"
+    async with standin(store) as (_, client):
+        for name, labels in (("locked", {PROTECTED: "Always"}), ("open", {}), ("other", {PROTECTED: "Never"})):
+            created = await client.post(configmaps, json={"apiVersion": "v1", "kind": "ConfigMap",
+                                                          "metadata": {"name": name, "labels": labels}})
+            assert created.status_code == 201, created.text
+        denied = await client.delete(f"{configmaps}/locked")
+        opened = await client.delete(f"{configmaps}/open")
+        other = await client.delete(f"{configmaps}/other")
+    assert denied.status_code == 403
+    assert denied.json()["message"] == 'admission webhook "locks.example.com" denied the request: locked'
+    assert opened.status_code == 200 and other.status_code == 200
+    assert calls == ["locked"]
 
 
 def test_bad_webhook_configuration_names_the_field() -> None:

@@ -227,7 +227,8 @@ def test_crd_deletion_waits_for_its_crs_and_the_criticalservices_crd_is_refused(
 # --- the label, Warn ------------------------------------------------------------------------------------
 def test_the_deletion_protected_label_refuses_until_removed(cluster: Backend, namespace: str) -> None:
     """`criticalsvc.io/deletion-protected=Always` refuses every DELETE of the object, whatever protects it;
-    removing the label (kubectl label ...-) is the way out."""
+    removing the label (kubectl label ...-) is the way out. The labelled-objects webhook reviews it (the
+    workloads webhook selects unlabelled objects only); other types: test_clusters_labels.py."""
     body = deployment_manifest("keep", namespace, replicas=0)
     body["metadata"]["labels"] = {f"{GATE}/deletion-protected": "Always"}
     _create(cluster, _deployments(namespace), body)
@@ -235,7 +236,7 @@ def test_the_deletion_protected_label_refuses_until_removed(cluster: Backend, na
              what="the gate to see the label")
     done = cluster.kubectl("delete", "deployment", "keep", "-n", namespace, "--wait=false")
     assert done.returncode == 1
-    assert done.stderr.startswith(f'Error from server (Forbidden): admission webhook "workloads.gate.{GATE}" '
+    assert done.stderr.startswith(f'Error from server (Forbidden): admission webhook "labelled.gate.{GATE}" '
                                   f"denied the request: deployments.apps {namespace}/keep is labelled "
                                   f"{GATE}/deletion-protected=Always; remove the label to delete it"), done.stderr
     ok(cluster.kubectl("label", "deployment", "keep", "-n", namespace, f"{GATE}/deletion-protected-"))

@@ -369,10 +369,48 @@ def test_unidentifiable_delete_of_a_gated_type_is_denied(gr, namespace):
     assert not d.allowed and d.rule is Rule.UNIDENTIFIED and d.code == 403
 
 
-def test_unidentifiable_delete_of_an_ungated_type_is_allowed():
-    """Without a name and oldObject, a type no CriticalService names (or another namespace) is not gated."""
-    assert delete(guarded_web(), GroupResource("", "configmaps"), "", "app", old=None).rule is Rule.NOT_GATED
+def test_unidentifiable_delete_of_a_gated_type_nothing_protects_there_is_allowed():
+    """Without a name and oldObject, a gated type in a namespace no CriticalService names is not gated."""
     assert delete(guarded_web(), DEPLOYMENTS, "", "elsewhere", old=None).rule is Rule.NOT_GATED
+
+
+@pytest.mark.parametrize("name", ["cfg", ""])
+def test_a_delete_without_old_object_of_another_type_is_denied(name):
+    """Only the labelled-objects webhook sends other types, by oldObject's label; the gate keeps no copy of
+    them, so a DELETE without oldObject (named or not) is denied, saying it cannot read the label."""
+    d = delete(guarded_web(), GroupResource("", "configmaps"), name, "app", old=None)
+    assert not d.allowed and d.rule is Rule.UNIDENTIFIED and d.code == 403
+    what = "configmaps app/cfg (the request has no oldObject)" if name else \
+        "the configmaps being deleted (the request has no name and no oldObject)"
+    assert d.message == (f"criticalsvc cannot read the labels of {what}, so it does not allow it: it must see "
+                         "whether criticalsvc.io/deletion-protected is set")
+
+
+LABELLED_KINDS = [
+    (GroupResource("", "configmaps"), "app", "configmaps app/keep"),
+    (GroupResource("", "services"), "app", "services app/keep"),
+    (GroupResource("", "persistentvolumeclaims"), "app", "persistentvolumeclaims app/keep"),
+    (GroupResource("rbac.authorization.k8s.io", "clusterroles"), "", "clusterroles.rbac.authorization.k8s.io keep"),
+    (GroupResource("my.crd.group", "coolresources"), "cool-apps", "coolresources.my.crd.group cool-apps/keep"),
+    (GroupResource("widgets.example.com", "widgets"), "app", "widgets.widgets.example.com app/keep"),
+]
+
+
+@pytest.mark.parametrize(("gr", "namespace", "shown"), LABELLED_KINDS, ids=[str(k[0]) for k in LABELLED_KINDS])
+def test_the_label_denies_an_object_of_any_type_from_old_object_alone(gr, namespace, shown):
+    """Any group/resource, served or not, cached or not: the label in oldObject denies with the label message,
+    even when the state cannot answer (discovery failed); without the label the object is not protected."""
+    old = old_with("keep", namespace, labels={DELETION_PROTECTED_LABEL: "Always"})
+    expected = (f"{shown} is labelled criticalsvc.io/deletion-protected=Always; remove the label to delete it")
+    for state in (MemoryState(), story(), FlakyState(story(), "resolve"), FlakyState(story(), "get")):
+        d = delete(state, gr, "keep", namespace, old=old)
+        assert (d.allowed, d.rule, d.code, d.message) == (False, Rule.DELETION_PROTECTED, 403, expected)
+    assert delete(story(), gr, "", namespace, old=old).message == expected  # a deletecollection item
+    d = delete(story(), gr, "keep", namespace, old=old_with("keep", namespace, labels={"app": "x"}))
+    assert d.allowed and d.rule is Rule.UNPROTECTED
+    terminating = old_with("keep", namespace, labels={DELETION_PROTECTED_LABEL: "Always"},
+                           deletion_timestamp="2026-01-01T00:00:00Z")
+    assert delete(story(), gr, "keep", namespace, old=terminating).rule is Rule.ALREADY_TERMINATING
 
 
 @pytest.mark.parametrize("make", [lambda: (story(), DEPLOYMENTS, "finalizer-deployment", "finalizer-namespace"),

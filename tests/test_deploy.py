@@ -26,8 +26,9 @@ import yaml
 from criticalsvc import __version__, cli, install
 from criticalsvc.api import ROUTED_PROVIDERS, GroupResource
 from criticalsvc.errors import MalformedManifest
+from criticalsvc.labels import parse_label_selector
 from criticalsvc.serving import parse_endpoint
-from criticalsvc.sim.store import DEFAULT_RULES
+from criticalsvc.sim.store import ANY_RESOURCE, DEFAULT_RULES, DELETION_PROTECTED_SELECTOR
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -407,7 +408,8 @@ def test_the_reader_role_aggregates_and_covers_what_the_gate_watches(base: list[
                if selector["matchLabels"].items() <= (r["metadata"].get("labels") or {}).items()]
     readable = {(g, res) for m in members for rule in m["rules"] if {"get", "list", "watch"} <= set(rule["verbs"])
                 for g in rule["apiGroups"] for res in rule["resources"]}
-    gated = {(gr.group, gr.resource) for r in DEFAULT_RULES for gr in r.group_resources}
+    # The labelled-objects rule (any type) needs no read: the gate reads the label from oldObject.
+    gated = {(gr.group, gr.resource) for r in DEFAULT_RULES for gr in r.group_resources if gr != ANY_RESOURCE}
     assert gated <= readable
 
 
@@ -474,25 +476,53 @@ def test_the_webhooks_call_the_gate_service(base: list[Obj]) -> None:
 
 
 def test_the_webhook_rules_are_exactly_the_gated_operations(base: list[Obj]) -> None:
-    """The registered (operation, resource) pairs equal the ones the simulated API server gates, and no more."""
+    """The registered (operation, resource, objectSelector) triples equal the ones the simulated API server
+    gates, and no more; only the labelled-objects webhook uses wildcards."""
     registered = set()
     for webhook in webhooks(base):
+        selector = parse_label_selector(webhook.get("objectSelector"), "objectSelector")
         for rule in webhook["rules"]:
-            assert "*" not in rule["operations"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+            assert "*" not in rule["operations"]
+            if selector == DELETION_PROTECTED_SELECTOR:
+                assert rule == {"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["DELETE"],
+                                "resources": ["*"], "scope": "*"}, (webhook["name"], rule)
+                registered |= {("DELETE", ANY_RESOURCE, selector)}
+                continue
+            assert "*" not in rule["resources"] and "*" not in rule["apiGroups"]
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     gr = GroupResource(group, resource)
                     scope = "Namespaced" if group == "apps" else "Cluster"
                     assert rule["scope"] == scope, (webhook["name"], rule)
-                    registered |= {(op, gr) for op in rule["operations"]}
-    expected = {(op, gr) for r in DEFAULT_RULES for op in r.operations for gr in r.group_resources}
+                    registered |= {(op, gr, selector) for op in rule["operations"]}
+    expected = {(op, gr, r.object_selector) for r in DEFAULT_RULES for op in r.operations for gr in r.group_resources}
     assert registered == expected
+
+
+def test_each_delete_is_reviewed_by_one_webhook_unless_it_also_reviews_writes(base: list[Obj]) -> None:
+    """The labelled-objects webhook selects criticalsvc.io/deletion-protected In [Always] and matches every
+    top-level resource (never "*/*": no subresources); every DELETE-only webhook selects NotIn [Always],
+    so the API server (which calls matching webhooks in parallel) never asks two of them about one
+    object. The CriticalServices webhook has no objectSelector: its CREATE/UPDATE must never be skipped."""
+    label = {"key": "criticalsvc.io/deletion-protected", "values": ["Always"]}
+    by_name = {w["name"]: w for w in webhooks(base)}
+    labelled = by_name["labelled.gate.criticalsvc.io"]
+    assert labelled["objectSelector"] == {"matchExpressions": [{**label, "operator": "In"}]}
+    assert all("*/*" not in r["resources"] for w in webhooks(base) for r in w["rules"])
+    for webhook in webhooks(base):
+        operations = {op for rule in webhook["rules"] for op in rule["operations"]}
+        if webhook is labelled:
+            continue
+        if operations == {"DELETE"}:
+            assert webhook["objectSelector"] == {"matchExpressions": [{**label, "operator": "NotIn"}]}, webhook["name"]
+        else:
+            assert "objectSelector" not in webhook, webhook["name"]
 
 
 def test_webhook_names_are_unique_and_qualified(base: list[Obj]) -> None:
     """Webhook names are distinct fully qualified names under criticalsvc.io."""
     names = [w["name"] for w in webhooks(base)]
-    assert len(set(names)) == len(names) == 4
+    assert len(set(names)) == len(names) == 5
     assert all(n.endswith(".criticalsvc.io") and n.count(".") >= 2 for n in names)
 
 
@@ -506,7 +536,7 @@ def test_the_cert_manager_overlay_injects_the_ca_into_the_webhooks(overlay: list
     certificate = one(overlay, "Certificate", name)
     assert certificate["metadata"]["namespace"] == namespace
     assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])
-    assert len(config["webhooks"]) == 4
+    assert len(config["webhooks"]) == 5
 
 
 def test_the_cert_manager_certificate_fills_the_secret_the_pods_mount(overlay: list[Obj]) -> None:

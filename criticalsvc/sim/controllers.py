@@ -147,9 +147,13 @@ def describe_error(exc: APIError) -> str:
 def _is_noop(store: Store, gr: GroupResource, namespace: str, objects: Iterable[KubeObject | None]) -> bool:
     """A deletecollection over items that are all terminating, which no webhook sees, changes nothing:
     each DELETE returns the object as it is [S1]. Skipping it keeps a stuck 10,000-object teardown cheap."""
-    if any(w.matches("DELETE", gr, namespace) for w in store.webhooks):
-        return False  # the webhook would see these calls (a repeated DELETE runs admission again, §4)
-    return all(o is not None and o.terminating for o in objects)
+    objects = list(objects)
+    if not all(o is not None and o.terminating for o in objects):
+        return False
+    # A webhook that would see one of these calls (a repeated DELETE runs admission again, §4) makes the
+    # pass observable; objectSelectors are matched on each item's labels, as for its DELETE (oldObject).
+    return not any(w.matches("DELETE", gr, namespace, None, {"metadata": {"labels": dict(o.labels)}})
+                   for o in objects if o is not None for w in store.webhooks)
 
 
 # --- namespace controller -------------------------------------------------------------------------

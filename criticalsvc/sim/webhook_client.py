@@ -20,10 +20,14 @@ webhook served by the same process (same loop) can answer, and it lets readers i
 out (`Store.around_webhook_call`), so a webhook that reads the API server back does not deadlock.
 
 Registration: `webhooks_from_configuration` turns a ValidatingWebhookConfiguration (as a dict) into
-store Webhooks with the real matching rules: operations, apiGroups, apiVersions, resources with `*`,
-scope, and namespaceSelector evaluated on the namespace's labels (on a Namespace's own labels; never
-skipping other cluster-scoped objects) [A2][D4]. objectSelector and matchConditions are not modelled.
+store Webhooks with the real matching rules: operations, apiGroups, apiVersions, resources with `*`
+(top-level resources only; `*/*` adds subresources), scope, namespaceSelector evaluated on the
+namespace's labels (on a Namespace's own labels; never skipping other cluster-scoped objects) [A2][D4],
+and objectSelector evaluated on the request's `object` and `oldObject`, matching if either matches, a
+null one never (so on DELETE only oldObject's labels count) [O1]. matchConditions are not modelled.
 Admission-configuration objects themselves are never sent to webhooks [D5].
+
+[O1] https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/object/matcher.go
 """
 
 from __future__ import annotations
@@ -40,10 +44,11 @@ import httpx
 from ..api import NAMESPACES, GroupResource
 from ..errors import CriticalsvcError, InvalidInput, InvalidSpec
 from ..labels import LabelSelector, parse_label_selector
-from .store import Store, Webhook, WebhookRule
+from .store import EXEMPT, Store, Webhook, WebhookRule, selects
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
+    "EXEMPT",
     "ConfiguredWebhook",
     "RuleSpec",
     "WebhookCallError",
@@ -56,13 +61,6 @@ __all__ = [
 # admissionregistration.k8s.io/v1 defaults [A2].
 DEFAULT_TIMEOUT_SECONDS = 10
 DEFAULT_FAILURE_POLICY: Literal["Fail"] = "Fail"
-# IsExemptAdmissionConfigurationResource: never sent to webhooks, so a broken webhook can be removed [D5].
-EXEMPT = frozenset({
-    GroupResource("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
-    GroupResource("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
-    GroupResource("admissionregistration.k8s.io", "validatingadmissionpolicies"),
-    GroupResource("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
-})
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 
 
@@ -155,9 +153,16 @@ class RuleSpec:
 
         if (self.scope == "Cluster" and namespaced) or (self.scope == "Namespaced" and not namespaced):
             return False
-        resources_ok = hit(self.resources, gr.resource) or "*/*" in self.resources
+        # rules.go: "*" is every resource but no subresource, "*/*" both, "deployments/*" deployments
+        # and all their subresources; a subresource request is spelt "resource/subresource" here.
+        resource, _, sub = gr.resource.partition("/")
+
+        def resource_hit(pattern: str) -> bool:
+            want, _, want_sub = pattern.partition("/")
+            return want in ("*", resource) and want_sub in ("*", sub)
+
         return (hit(self.operations, operation) and hit(self.api_groups, gr.group)
-                and hit(self.api_versions, version) and resources_ok)
+                and hit(self.api_versions, version) and any(resource_hit(p) for p in self.resources))
 
 
 @attrs.define
@@ -166,17 +171,23 @@ class ConfiguredWebhook(Webhook):
 
     rule_specs: tuple[RuleSpec, ...] = ()
     namespace_selector: LabelSelector = attrs.field(factory=LabelSelector)
+    object_selector: LabelSelector = attrs.field(factory=LabelSelector)
     # name -> that namespace's labels (None if it does not exist); the store's, read inside the write.
     namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _name: None
     type_of: Callable[[GroupResource], tuple[str, bool] | None] = lambda _gr: None
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
 
-    def matches(self, operation: str, gr: GroupResource, namespace: str) -> bool:
+    def matches(self, operation: str, gr: GroupResource, namespace: str,
+                obj: Mapping[str, Any] | None = None, old: Mapping[str, Any] | None = None) -> bool:
+        # The API server checks namespaceSelector, objectSelector, then rules (generic/webhook.go
+        # ShouldCallHook); all must hold, so the order here (cheapest first) gives the same answer.
         if gr in EXEMPT:
             return False
         served = self.type_of(gr)
         version, namespaced = served if served is not None else ("v1", bool(namespace) and gr != NAMESPACES)
         if not any(r.matches(operation, gr, version, namespaced) for r in self.rule_specs):
+            return False
+        if not selects(self.object_selector, obj, old):
             return False
         if not namespace or self.namespace_selector.is_empty:
             return True  # cluster-scoped objects other than Namespaces are never skipped [A2]
@@ -249,6 +260,7 @@ def webhooks_from_configuration(config: Mapping[str, Any], *, store: Store,
                 _strings(rule.get("apiVersions"), f"{here}.apiVersions"),
                 _strings(rule.get("resources"), f"{here}.resources"), scope))
         selector = parse_label_selector(entry.get("namespaceSelector"), f"{at}.namespaceSelector")
+        object_selector = parse_label_selector(entry.get("objectSelector"), f"{at}.objectSelector")
         hook = _hook(entry.get("clientConfig"), f"{at}.clientConfig", timeout=timeout, ca_bundle=ca_bundle,
                      client_cert=client_cert, resolve_service=resolve_service, factory=factory)
 
@@ -264,7 +276,8 @@ def webhooks_from_configuration(config: Mapping[str, Any], *, store: Store,
         result.append(ConfiguredWebhook(
             hook=hook, rules=(WebhookRule(frozenset(), frozenset()),), failure_policy=policy, name=name,
             excluded_namespaces=frozenset(), rule_specs=tuple(specs), namespace_selector=selector,
-            namespace_labels=namespace_labels, type_of=type_of, timeout_seconds=timeout))
+            object_selector=object_selector, namespace_labels=namespace_labels, type_of=type_of,
+            timeout_seconds=timeout))
     return result
 
 
