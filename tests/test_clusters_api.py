@@ -19,6 +19,7 @@ import pytest
 from criticalsvc.sim import protobuf, tables
 from criticalsvc.sim.apiserver import warning_headers
 from tests.backends import Backend, deployment_manifest, ok, unique
+from tests.realcluster import build
 from tests.realcluster.teardown import wait_for
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -43,6 +44,7 @@ DEPLOYMENT_COLUMNS = [("Name", "string", "name", 0), ("Ready", "string", "", 0),
 CRD_COLUMNS = [("Name", "string", "name", 0), ("Scope", "string", "", 0), ("Versions", "string", "", 0),
                ("Created At", "date", "", 0), ("Group", "string", "", 1), ("Kind", "string", "", 1),
                ("ShortNames", "string", "", 1), ("Established", "boolean", "", 1)]
+CRD_COLUMNS_1_34 = [("Name", "string", "name", 0), ("Created At", "date", "", 0)]
 CRITICALSERVICE_COLUMNS = [("Name", "string", "name", 0), ("Provider", "string", "", 0),
                            ("Provider Namespace", "string", "", 0), ("Resource", "string", "", 1),
                            ("Criteria", "integer", "", 0), ("Unmet", "integer", "", 0), ("Blocking", "string", "", 0),
@@ -86,7 +88,9 @@ def test_kubectl_get_prints_the_servers_columns_for_built_ins(cluster: Backend, 
     deployments = table(f"/apis/apps/v1/namespaces/{namespace}/deployments")["rows"]
     assert [r["cells"][:2] for r in deployments] == [["web", "0/2"]]
     assert deployments[0]["cells"][5:] == ["web", "registry.example.com/web:1", "app=web"]
-    assert _kinds(table("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["columnDefinitions"]) == CRD_COLUMNS
+    # Kubernetes 1.34 printed CRDs as Name/Created At only; the stand-in imitates the default, 1.37.
+    crd_columns = CRD_COLUMNS_1_34 if cluster.name == "real" and build.selected_minor() == "1.34" else CRD_COLUMNS
+    assert _kinds(table("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["columnDefinitions"]) == crd_columns
     assert _kinds(table("/apis/criticalsvc.io/v1alpha1/criticalservices?labelSelector=none%3Dnone")
                   ["columnDefinitions"]) == CRITICALSERVICE_COLUMNS
     v1beta1 = table(f"/api/v1/namespaces/{namespace}", "application/json;as=Table;v=v1beta1;g=meta.k8s.io")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import httpx
 import yaml
 
 from .client import Client
@@ -140,18 +141,9 @@ class FinalizerController(threading.Thread):
             try:
                 if not self.client.exists(self.deployment_path):
                     continue  # no pods, no controller: nothing removes the finalizer now
-                listing = self.client.get(self.crs_path)
-            except Exception:  # noqa: BLE001 - a controller keeps going through API errors
+                self.removed += remove_deleting_finalizers(self.client, self.crs_path, self.finalizer)
+            except Exception:
                 continue
-            for item in (listing or {}).get("items", []):
-                meta = item["metadata"]
-                if meta.get("deletionTimestamp") and self.finalizer in (meta.get("finalizers") or []):
-                    kept = [f for f in meta["finalizers"] if f != self.finalizer]
-                    path = f"{self.crs_path.rsplit('/coolresources', 1)[0]}/namespaces/{meta['namespace']}/coolresources/{meta['name']}"
-                    patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
-                             {"op": "replace", "path": "/metadata/finalizers", "value": kept}]
-                    if self.client.json_patch(path, patch).status_code == 200:
-                        self.removed.append(meta["name"])
 
     def stop(self) -> None:
         self.stopping.set()
@@ -167,12 +159,20 @@ class DeleteAttempt:
 
 
 class RetryingDeleter:
-    """Deletes every path, re-sending refused DELETEs every `interval` s until all are gone."""
+    """Deletes every path, re-sending refused DELETEs every `interval` s until all are gone, and going on
+    through whatever else it meets, as the OCM work agent requeues on any error:
+
+    - a DELETE of a custom resource whose CRD is gone by then is answered 404 with a plain-text body
+      ("404 page not found", not a Status): the object is gone;
+    - a request that gets no answer (the API server restarting): the object stays pending; the error is
+      kept in `errors`.
+    """
 
     def __init__(self, client: Client, paths: dict[str, str], *, interval: float = 0.5,
                  propagation: str = "Background") -> None:
         self.client, self.paths, self.interval, self.propagation = client, paths, interval, propagation
         self.attempts: list[DeleteAttempt] = []
+        self.errors: list[str] = []
 
     def run(self, *, timeout: float) -> bool:
         """True when everything is gone within `timeout` seconds."""
@@ -180,11 +180,16 @@ class RetryingDeleter:
         pending = dict(self.paths)
         while pending and time.monotonic() < deadline:
             for key, path in list(pending.items()):
-                response = self.client.delete(path, body={"kind": "DeleteOptions", "apiVersion": "v1",
-                                                          "propagationPolicy": self.propagation})
-                message = response.json().get("message", "") if response.status_code >= 400 else ""
-                self.attempts.append(DeleteAttempt(key, response.status_code, message, time.monotonic()))
-                if response.status_code == 404 or not self.client.exists(path):
+                try:
+                    response = self.client.delete(path, body={"kind": "DeleteOptions", "apiVersion": "v1",
+                                                              "propagationPolicy": self.propagation})
+                    gone = response.status_code == 404 or not self.client.exists(path)
+                except httpx.HTTPError as exc:
+                    self.errors.append(f"{key}: {type(exc).__name__}: {exc}"[:300])
+                    continue
+                self.attempts.append(DeleteAttempt(key, response.status_code, _status_message(response),
+                                                   time.monotonic()))
+                if gone:
                     del pending[key]
             if pending:
                 time.sleep(self.interval)
@@ -212,7 +217,7 @@ class Observer(threading.Thread):
             for key, path in self.paths.items():
                 try:
                     alive = self.client.exists(path)
-                except Exception:  # noqa: BLE001 - an unanswered poll tells nothing; skip it
+                except Exception:
                     continue
                 if alive:
                     self.last_alive[key] = self.rounds
@@ -265,3 +270,66 @@ def apply_story(kubectl: Any, client: Client, story: Story, *, timeout: float = 
     assert done.returncode == 0, done.stderr
     wait_for(lambda: client.delete(story.deployment_path, params={"dryRun": "All"}).status_code == 403,
              timeout=timeout, what=f"the gate to protect {story.deployment_path} (dry-run DELETE refused)")
+
+
+class SharedFinalizerController(threading.Thread):
+    """`FinalizerController` for many stories in one thread (when a thread per story would be too many).
+
+    Each round serves every story in turn exactly as its own controller would: while the story's
+    provider Deployment exists it removes the story's finalizer from its CRs being deleted. A story
+    whose Deployment was seen gone is dropped for good (a Deployment does not come back in a teardown),
+    so the rounds shrink as the teardowns progress.
+    """
+
+    def __init__(self, client: Client, stories: Sequence[Story], *, interval: float = 0.2) -> None:
+        super().__init__(daemon=True, name="shared-finalizer-controller")
+        self.client, self.interval = client, interval
+        self.serving = {s.suffix: s for s in stories}
+        self.stopping = threading.Event()
+        self.removed: dict[str, list[str]] = {s.suffix: [] for s in stories}
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            for suffix, story in list(self.serving.items()):
+                if self.stopping.is_set():
+                    return
+                try:
+                    if not self.client.exists(story.deployment_path):
+                        del self.serving[suffix]  # no pods, no controller: nothing removes the finalizer now
+                        continue
+                    crs_path = f"/apis/{story.group}/v1/coolresources"
+                    self.removed[suffix] += remove_deleting_finalizers(self.client, crs_path, story.finalizer)
+                except Exception:  # a controller keeps going through API errors
+                    continue
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+
+
+def remove_deleting_finalizers(client: Client, crs_path: str, finalizer: str) -> list[str]:
+    """One pass of a finalizer's controller: remove `finalizer` from every CR of `crs_path` being deleted
+    (a JSON patch guarded by the resourceVersion); the names of the CRs released."""
+    released = []
+    for item in (client.get(crs_path) or {}).get("items", []):
+        meta = item["metadata"]
+        if meta.get("deletionTimestamp") and finalizer in (meta.get("finalizers") or []):
+            kept = [f for f in meta["finalizers"] if f != finalizer]
+            group_path = crs_path.rsplit("/coolresources", 1)[0]
+            path = f"{group_path}/namespaces/{meta['namespace']}/coolresources/{meta['name']}"
+            patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+                     {"op": "replace", "path": "/metadata/finalizers", "value": kept}]
+            if client.json_patch(path, patch).status_code == 200:
+                released.append(meta["name"])
+    return released
+
+
+def _status_message(response: Any) -> str:
+    """The message of an error answer: a Status' `message`, else the body's text ("404 page not found")."""
+    if response.status_code < 400:
+        return ""
+    try:
+        body = response.json()
+    except ValueError:
+        return str(response.text).strip()[:300]
+    return str(body.get("message", "")) if isinstance(body, dict) else str(body)[:300]
