@@ -64,7 +64,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from criticalsvc.api import NAMESPACES
+import attrs
+
+from criticalsvc.admission import render_review
 from criticalsvc.decision import AdmissionRequest
 
 from .report import emit, percentile
@@ -82,7 +84,6 @@ P99_GROWTH_GOAL = 0.10
 USER = {"username": "system:serviceaccount:kube-system:namespace-controller",
         "uid": "0b7d9f4e-2a1c-4e8b-b6f3-9d8c7b6a5f4e",
         "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]}
-DELETE_OPTIONS = {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
 
 
 # --- the server (runs in its own process: python -m benchmarks scale_http --serve-point ...) -----------
@@ -126,20 +127,12 @@ def _rss_mib() -> float:
 
 # --- the client ----------------------------------------------------------------------------------------
 def review_body(req: AdmissionRequest, *, uid_prefix: str = "") -> bytes:
-    """`req` as the AdmissionReview v1 the API server would post (criticalsvc.admission.parse_review's input)."""
+    """`req` as the AdmissionReview v1 the API server would post for the namespace controller (USER)."""
     import orjson
 
-    gvr = {"group": req.group_resource.group, "version": "v1", "resource": req.group_resource.resource}
-    gvk = {"group": req.group_resource.group, "version": "v1", "kind": req.kind}
-    request: dict[str, Any] = {
-        "uid": uid_prefix + req.uid, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-        "name": req.name, "operation": req.operation, "userInfo": USER,
-        "object": None, "oldObject": req.old_object, "dryRun": req.dry_run, "options": DELETE_OPTIONS,
-    }
-    # The API server leaves namespace out for cluster-scoped objects; for a Namespace it is the name.
-    if req.namespace or req.group_resource == NAMESPACES:
-        request["namespace"] = req.namespace or req.name
-    return orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    sent = attrs.evolve(req, uid=uid_prefix + req.uid, username=USER["username"])
+    return orjson.dumps(render_review(sent, user_uid=USER["uid"], groups=USER["groups"],
+                                      propagation_policy="Background"))
 
 
 class Server:

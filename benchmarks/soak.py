@@ -79,6 +79,10 @@ from typing import Any
 import attrs
 import orjson
 
+from criticalsvc.admission import render_review
+from criticalsvc.api import GroupResource
+from criticalsvc.decision import AdmissionRequest
+
 from .latency import _stop, _wait_ports, make_certs, review_body, spawn_gate, write_snapshot
 from .report import emit, percentile
 
@@ -124,14 +128,9 @@ class Case:
 # --- the request mix ----------------------------------------------------------------------------------
 def _review(*, group: str, version: str, kind: str, resource: str, name: str, namespace: str,
             old_object: dict[str, Any]) -> dict[str, Any]:
-    gvk = {"group": group, "version": version, "kind": kind}
-    gvr = {"group": group, "version": version, "resource": resource}
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": UID_PLACEHOLDER, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-        "name": name, "namespace": namespace, "operation": "DELETE",
-        "userInfo": {"username": "soak", "groups": ["system:authenticated"]},
-        "object": None, "oldObject": old_object, "dryRun": False,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}}}
+    request = AdmissionRequest(UID_PLACEHOLDER, GroupResource(group, resource), "DELETE", name, namespace,
+                               old_object=old_object, kind=kind, username="soak")
+    return dict(render_review(request, version=version, propagation_policy="Background"))
 
 
 def _encode(review: dict[str, Any]) -> bytes:

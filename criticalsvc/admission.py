@@ -1,4 +1,6 @@
-"""The AdmissionReview v1 wire format: decode a request, encode a response.
+"""The AdmissionReview v1 wire format: decode a request and encode the response (the webhook's side),
+encode a request (the API server's side: the simulator, the benchmarks and the tests post what
+`render_review` builds, so every review body has this one shape).
 
 Decoding is strict about what identifies the call (apiVersion, kind, request.uid, operation,
 resource) and lenient about the rest, since the API server adds fields over releases. Every problem
@@ -8,7 +10,8 @@ The response must echo the request's uid and use the same apiVersion (design/kub
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
 from .api import GroupResource
@@ -17,6 +20,54 @@ from .errors import MalformedReview
 
 API_VERSION = "admission.k8s.io/v1"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class GroupVersionKindDict(TypedDict):
+    group: str
+    version: str
+    kind: str
+
+
+class GroupVersionResourceDict(TypedDict):
+    group: str
+    version: str
+    resource: str
+
+
+class UserInfoDict(TypedDict):
+    username: str
+    uid: NotRequired[str]
+    groups: list[str]
+
+
+class DeleteOptionsDict(TypedDict):
+    apiVersion: str
+    kind: Literal["DeleteOptions"]
+    propagationPolicy: NotRequired[str]
+
+
+class RequestDict(TypedDict):
+    uid: str
+    kind: GroupVersionKindDict
+    resource: GroupVersionResourceDict
+    subResource: NotRequired[str]
+    requestKind: GroupVersionKindDict
+    requestResource: GroupVersionResourceDict
+    requestSubResource: NotRequired[str]
+    name: str
+    namespace: NotRequired[str]
+    operation: str
+    userInfo: UserInfoDict
+    object: Mapping[str, Any] | None
+    oldObject: Mapping[str, Any] | None
+    dryRun: bool
+    options: NotRequired[DeleteOptionsDict]
+
+
+class ReviewRequestDict(TypedDict):
+    apiVersion: str
+    kind: Literal["AdmissionReview"]
+    request: RequestDict
 
 
 class StatusDict(TypedDict, total=False):
@@ -110,6 +161,41 @@ def _object(request: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     if metadata is not None and not isinstance(metadata, Mapping):
         raise MalformedReview(f"request.{key}.metadata", "must be an object")
     return value
+
+
+def render_review(request: AdmissionRequest, *, version: str = "v1",
+                  groups: Sequence[str] = ("system:authenticated",), user_uid: str = "",
+                  propagation_policy: str | None = None) -> ReviewRequestDict:
+    """`request` as the AdmissionReview v1 the API server posts: parse_review(render_review(r)) == r.
+
+    What parse_review does not read comes from the keywords: the resource's version, the user's uid and
+    groups, and on a DELETE the propagationPolicy of its DeleteOptions. requestKind/requestResource repeat
+    kind/resource (they differ only when the API server converted the request to another version).
+    `namespace` is left out when empty, as for a cluster-scoped object; for a Namespace the API server
+    sends the namespace's own name there, so build such a request that way. The review holds copies of
+    the objects, as a decoded body would.
+    """
+    gvk: GroupVersionKindDict = {"group": request.group_resource.group, "version": version, "kind": request.kind}
+    gvr: GroupVersionResourceDict = {"group": request.group_resource.group, "version": version,
+                                     "resource": request.group_resource.resource}
+    user: UserInfoDict = {"username": request.username, "groups": list(groups)}
+    if user_uid:
+        user["uid"] = user_uid
+    body: RequestDict = {
+        "uid": request.uid, "kind": gvk, "resource": gvr, "requestKind": gvk.copy(), "requestResource": gvr.copy(),
+        "name": request.name, "operation": request.operation, "userInfo": user,
+        "object": copy.deepcopy(request.object), "oldObject": copy.deepcopy(request.old_object),
+        "dryRun": request.dry_run,
+    }
+    if request.sub_resource:
+        body["subResource"] = body["requestSubResource"] = request.sub_resource
+    if request.namespace:
+        body["namespace"] = request.namespace
+    if request.operation == "DELETE":
+        body["options"] = {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"}
+        if propagation_policy is not None:
+            body["options"]["propagationPolicy"] = propagation_policy
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": body}
 
 
 def render_response(uid: str, decision: Decision) -> ReviewResponseDict:

@@ -14,8 +14,9 @@ JSON built here):
                     options, extra fields, random labels and annotations - the ones a wrong ALLOW
                     would hurt.
 
-The oracle lives here too (`wire_valid`, `must_deny`): it reads the raw review and the documented
-rules (admission.py's decoding, decision.py's docstring), sharing no code with the gate.
+The well-formed reviews are built with `render_review`, the API server's side of admission.py. The
+oracle lives here too (`wire_valid`, `must_deny`): it reads the raw review and the documented rules
+(admission.py's decoding, decision.py's docstring), sharing no code with the gate.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from typing import Any
 import attrs
 import orjson
 from hypothesis import strategies as st
+
+from criticalsvc.admission import render_review
+from criticalsvc.api import GroupResource
+from criticalsvc.decision import AdmissionRequest
 
 API_VERSION = "admission.k8s.io/v1"
 BREAK_GLASS = "criticalsvc.io/break-glass"
@@ -209,18 +214,10 @@ def base_reviews() -> list[dict[str, Any]]:
 
 def _review(operation: str, group: str, resource: str, namespace: str, name: str, *,
             obj: dict[str, Any] | None = None, old: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION, "kind": "AdmissionReview",
-        "request": {
-            "uid": f"uid-{operation.lower()}-{name}",
-            "kind": {"group": group, "version": "v1", "kind": resource},
-            "resource": {"group": group, "version": "v1", "resource": resource},
-            "name": name, "namespace": namespace, "operation": operation,
-            "userInfo": {"username": "fuzz", "groups": ["system:authenticated"]},
-            "object": obj, "oldObject": old, "dryRun": False,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"} if operation == "DELETE" else None,
-        },
-    }
+    request = AdmissionRequest(uid=f"uid-{operation.lower()}-{name}", group_resource=GroupResource(group, resource),
+                               operation=operation, name=name, namespace=namespace, object=obj, old_object=old,
+                               kind=resource, username="fuzz")
+    return dict(render_review(request))
 
 
 def delete_review(target: Target, *, name: str, old: dict[str, Any] | None) -> dict[str, Any]:

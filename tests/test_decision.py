@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from criticalsvc.admission import parse_review, render_response
+from criticalsvc.admission import parse_review, render_response, render_review
 from criticalsvc.api import (
     BREAK_GLASS_ANNOTATION,
     CRD_NAME,
@@ -19,7 +21,7 @@ from criticalsvc.api import (
     ObjectRef,
     parse_critical_service,
 )
-from criticalsvc.decision import MESSAGE_LIMIT, WARNING_LIMIT, Decision, Rule, decide
+from criticalsvc.decision import MESSAGE_LIMIT, WARNING_LIMIT, AdmissionRequest, Decision, Rule, decide
 from criticalsvc.errors import StateUnavailable
 from criticalsvc.manifests import Manifest, load_path
 from criticalsvc.objects import KubeObject
@@ -52,13 +54,10 @@ def review(operation: str, gr: GroupResource, name: str, namespace: str = "", *,
     if old is _AUTO:
         md = {"name": name} if gr == NAMESPACES or not namespace else {"name": name, "namespace": namespace}
         old = {"metadata": md} if operation == "DELETE" else None
-    request = {"uid": "req-1", "operation": operation, "resource": {"group": gr.group, "version": "v1",
-                                                                     "resource": gr.resource},
-               "name": name, "namespace": namespace, "object": obj, "oldObject": old, "dryRun": dry_run,
-               "userInfo": {"username": "alice"}}
-    if sub_resource:
-        request["subResource"] = sub_resource
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    request = AdmissionRequest(uid="req-1", group_resource=gr, operation=operation, name=name, namespace=namespace,
+                               object=obj, old_object=old, sub_resource=sub_resource, dry_run=dry_run,
+                               username="alice")
+    return dict(render_review(request))
 
 
 def delete(state: Any, gr: GroupResource, name: str, namespace: str = "", **kw: Any) -> Decision:
@@ -347,6 +346,30 @@ def test_deletecollection_item_takes_its_name_from_old_object():
     d = decide(request, story())
     named = delete(story(), DEPLOYMENTS, "finalizer-deployment", "finalizer-namespace")
     assert not d.allowed and d.message == named.message
+
+
+def test_render_review_writes_what_the_api_server_sends():
+    """render_review rebuilds the example DELETE review field for field from the request parse_review read."""
+    with open(EXAMPLES / "reviews" / "delete-provider.json") as f:
+        sent = json.load(f)
+    assert render_review(parse_review(sent), propagation_policy="Background") == sent
+
+
+_OBJECTS = st.one_of(st.none(), st.fixed_dictionaries({"metadata": st.fixed_dictionaries(
+    {}, optional={"name": st.sampled_from(["web", "app"]), "labels": st.just({"app": "web"})})}))
+REQUESTS = st.builds(
+    AdmissionRequest, uid=st.text(min_size=1, max_size=8),
+    group_resource=st.sampled_from([DEPLOYMENTS, NAMESPACES, CSVC, GroupResource("my.crd.group", "coolresources")]),
+    operation=st.sampled_from(["CREATE", "UPDATE", "DELETE", "CONNECT"]), name=st.sampled_from(["", "web", "é"]),
+    namespace=st.sampled_from(["", "app"]), object=_OBJECTS, old_object=_OBJECTS,
+    sub_resource=st.sampled_from(["", "status"]), kind=st.sampled_from(["", "Deployment"]), dry_run=st.booleans(),
+    username=st.sampled_from(["", "alice"]))
+
+
+@given(REQUESTS)
+def test_parse_review_reads_back_what_render_review_wrote(request_):
+    """render_review is the inverse of parse_review: any request survives the round trip unchanged."""
+    assert parse_review(render_review(request_)) == request_
 
 
 def test_null_old_object_falls_back_to_the_state():

@@ -26,9 +26,9 @@ from strategies_core import (
     service_creates,
 )
 
-from criticalsvc.admission import parse_review
-from criticalsvc.api import CriticalService, FinalizerCriterion
-from criticalsvc.decision import Decision, Rule, decide
+from criticalsvc.admission import parse_review, render_review
+from criticalsvc.api import CRITICAL_SERVICES, VERSION, CriticalService, FinalizerCriterion, GroupResource
+from criticalsvc.decision import AdmissionRequest, Decision, Rule, decide
 from criticalsvc.manifests import Manifest
 from criticalsvc.snapshot import build_state
 from criticalsvc.state import ClusterState, MemoryState
@@ -161,11 +161,10 @@ def delete_review(world: World, target: Target) -> dict[str, Any]:
         metadata["namespace"] = target.namespace
     if stored is not None:
         metadata["labels"] = dict(stored.labels)
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "u", "operation": "DELETE", "resource": {"group": target.group, "version": "v1",
-                                                        "resource": target.resource},
-        "name": "" if target.collection_item else target.name, "namespace": target.namespace,
-        "object": None, "oldObject": {"metadata": metadata}}}
+    return dict(render_review(AdmissionRequest(
+        uid="u", group_resource=GroupResource(target.group, target.resource), operation="DELETE",
+        name="" if target.collection_item else target.name, namespace=target.namespace,
+        old_object={"metadata": metadata})))
 
 
 def delete_mismatch(world: World, target: Target, expected: Expected, gate: Decide = decide) -> str | None:
@@ -235,10 +234,8 @@ def on_a_cycle(graph: dict[str, set[str]], start: str) -> bool:
 
 
 def create_review(candidate: Mapping[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "u", "operation": "CREATE", "name": CANDIDATE, "namespace": "",
-        "resource": {"group": "criticalsvc.io", "version": "v1alpha1", "resource": "criticalservices"},
-        "object": candidate, "oldObject": None}}
+    return dict(render_review(AdmissionRequest(uid="u", group_resource=CRITICAL_SERVICES, operation="CREATE",
+                                               name=CANDIDATE, namespace="", object=candidate), version=VERSION))
 
 
 def cycle_mismatch(world: World, candidate: Mapping[str, Any], gate: Decide = decide) -> str | None:

@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 import attrs
 
+from ..admission import parse_review, render_response, render_review
 from ..api import (
     CRDS,
     CRITICAL_SERVICES,
@@ -51,6 +52,7 @@ from ..api import (
     ObjectRef,
     parse_critical_service,
 )
+from ..decision import AdmissionRequest, decide
 from ..errors import CriticalsvcError, InvalidInput
 from ..labels import LabelSelector, Requirement
 from ..objects import project
@@ -567,32 +569,16 @@ class Store:
                          dry_run: bool, propagation: str = "Background") -> dict[str, Any]:
         """An AdmissionReview v1 request exactly as the API server builds it (§1)."""
         t = self.mapper.lookup(gr)
-        version = t.version if t else "v1"
-        kind = t.kind if t else gr.resource
-        gvk = {"group": gr.group, "version": version, "kind": kind}
-        gvr = {"group": gr.group, "version": version, "resource": gr.resource}
-        request: dict[str, Any] = {
+        request = AdmissionRequest(
             # Fresh per call (§1.1); deterministic so a seeded simulation replays identically.
-            "uid": str(uuid.UUID(int=next(self._review_ids), version=4)),
-            "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-            "name": name, "operation": operation,
-            "userInfo": {"username": user, "groups": ["system:authenticated"]},
-            "object": copy.deepcopy(obj) if obj is not None else None,
-            "oldObject": copy.deepcopy(old) if old is not None else None,
-            "dryRun": dry_run,
-        }
-        if namespace:
-            request["namespace"] = namespace
-        if operation == "DELETE":
-            request["options"] = {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions",
-                                  "propagationPolicy": propagation}
-        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+            uid=str(uuid.UUID(int=next(self._review_ids), version=4)), group_resource=gr, operation=operation,
+            name=name, namespace=namespace, object=obj, old_object=old, kind=t.kind if t else gr.resource,
+            dry_run=dry_run, username=user)
+        return dict(render_review(request, version=t.version if t else "v1", propagation_policy=propagation))
 
 
 def gate_hook(store: Store) -> AdmissionHook:
     """The real decision function as an in-process webhook reading this store's state."""
-    from ..admission import parse_review, render_response
-    from ..decision import decide
 
     def hook(review: dict[str, Any]) -> dict[str, Any]:
         request = parse_review(review)
