@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from criticalsvc.timestamps import format_rfc3339
+
 RESULTS_DIR = Path("bench-results")
 RESULTS_FILE = RESULTS_DIR / "results.json"
 
@@ -62,7 +64,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 def write(sections: Mapping[str, Any], path: Path = RESULTS_FILE) -> Path:
     """Write {"machine", "createdAt", "benchmarks": sections} as JSON to `path`; return the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"machine": machine(), "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    doc = {"machine": machine(), "createdAt": format_rfc3339(time.time()),
            "benchmarks": dict(sections)}
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from .api import API_VERSION, KIND, ObjectRef
+from .timestamps import format_rfc3339
 
 # client-go's EventSourceObjectSpamFilter defaults: burst 25, one token per 5 minutes per source;
 # we refill faster (one per 10 s) because a denial is news to whoever is waiting on the teardown.
@@ -66,11 +67,6 @@ class EventRecorder:
     @staticmethod
     def _event(name: str, service: str, service_uid: str, target: ObjectRef, message: str, first: float,
                last: float, count: int, user: str) -> dict[str, Any]:
-        from datetime import UTC, datetime
-
-        def ts(t: float) -> str:
-            return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
         note = f"deletion of {target} denied" + (f" (requested by {user})" if user else "") + f": {message}"
         return {
             "apiVersion": "v1",
@@ -84,7 +80,7 @@ class EventRecorder:
             "source": {"component": "criticalsvc"},
             "reportingComponent": "criticalsvc.io/gate",
             "reportingInstance": "criticalsvc",
-            "firstTimestamp": ts(first),
-            "lastTimestamp": ts(last),
+            "firstTimestamp": format_rfc3339(first),
+            "lastTimestamp": format_rfc3339(last),
             "count": count,
         }

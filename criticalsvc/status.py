@@ -19,12 +19,12 @@ unmet criteria with example objects, the same words the denial message uses.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from . import criteria
 from .api import GATED_DELETES, CriticalService, Enforcement, GroupResource
 from .state import ClusterState
+from .timestamps import format_rfc3339
 
 # The status is an API object other tools read; five blockers are enough to act on.
 MAX_BLOCKERS = 5
@@ -42,7 +42,7 @@ def _condition(type_: str, status: bool, reason: str, message: str, *, now: str,
 def compute_status(cs: CriticalService, state: ClusterState, *, now: float, generation: int = 1,
                    previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The `.status` the gate would write for `cs` now. May raise StateUnavailable."""
-    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = format_rfc3339(now)
     prev_conditions = (previous or {}).get("conditions") or []
     verdicts = [criteria.evaluate(c, state) for c in cs.criteria]
     unmet = [(i, v) for i, v in enumerate(verdicts) if not v.satisfied]

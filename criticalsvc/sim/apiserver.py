@@ -98,6 +98,7 @@ from starlette.routing import Route
 from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef
 from ..labels import LabelSelector, Requirement
 from ..restmapper import WELL_KNOWN, ResourceType
+from ..timestamps import format_rfc3339
 from . import protobuf, tables
 from . import schema as crd_schema
 from .engine import Callback, Engine, RealTimeEngine
@@ -1201,7 +1202,7 @@ class StandIn:
                 "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}], "incomplete": False})
         else:
             groups = [g.strip() for g in request.headers.getlist("impersonate-group") if g.strip()]
-            answer["metadata"]["creationTimestamp"] = _rfc3339(self.store.clock())
+            answer["metadata"]["creationTimestamp"] = format_rfc3339(self.store.clock())
             answer["status"] = {"userInfo": {"username": user,
                                              "groups": [*(groups or ["system:masters"]), "system:authenticated"]}}
         return _json(answer, status_code=201)
@@ -1623,10 +1624,6 @@ def _scale_of(obj: Mapping[str, Any]) -> dict[str, Any]:
             "spec": {"replicas": spec.get("replicas", 1)},  # the API server defaults replicas to 1
             "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
                        **({"selector": selector} if selector else {})}}
-
-
-def _rfc3339(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def _not_served() -> APIError:

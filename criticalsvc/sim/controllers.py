@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -46,6 +45,7 @@ from ..api import (
 from ..errors import InvalidInput
 from ..objects import KubeObject
 from ..restmapper import resource_type_from_crd
+from ..timestamps import format_rfc3339
 from .engine import Engine
 from .store import CRD_CLEANUP_FINALIZER, NAMESPACE_FINALIZER, APIError, DeleteResult, Store, WatchEvent
 from .timeline import DELETED, DENIED, FAILED, GONE, MARKED, NOT_RUNNING, REMOVED, STATUS, Timeline
@@ -59,10 +59,6 @@ ORPHAN = "orphan"
 NAMESPACE_CONTROLLER_USER = "system:serviceaccount:kube-system:namespace-controller"
 GARBAGE_COLLECTOR_USER = "system:serviceaccount:kube-system:generic-garbage-collector"
 APISERVER_USER = "system:apiserver"  # the CRD finalizer runs inside kube-apiserver (apiextensions)
-
-
-def _rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def backoff(failures: int, *, base: float, cap: float) -> float:
@@ -323,7 +319,7 @@ class NamespaceController:
             return
         status = dict(ns.get("status") or {})
         old = {c.get("type"): c for c in status.get("conditions") or []}
-        conditions, changed, now = [], False, _rfc3339(self.engine.now())
+        conditions, changed, now = [], False, format_rfc3339(self.engine.now())
         ref = ObjectRef(NAMESPACES, "", name)
         for ctype, (ok_reason, ok_message) in _OK_CONDITIONS.items():
             cstatus, reason, message = new.get(ctype, ("False", ok_reason, ok_message))
@@ -400,7 +396,7 @@ class CRDCleanupController:
                 (status, reason, message):
             return
         conditions.append({"type": "Terminating", "status": status, "reason": reason, "message": message,
-                           "lastTransitionTime": _rfc3339(self.engine.now())})
+                           "lastTransitionTime": format_rfc3339(self.engine.now())})
         st["conditions"] = conditions
         self.store.set_status(ObjectRef(CRDS, "", name), st)
         self.timeline.record(self.actor, STATUS, ObjectRef(CRDS, "", name), STATUS,

@@ -23,8 +23,9 @@ even if zero; `bytes` become base64; Time becomes RFC 3339; IntOrString an int o
 from __future__ import annotations
 
 import base64
-from datetime import UTC, datetime
 from typing import Any
+
+from ..timestamps import format_rfc3339
 
 __all__ = ["MAGIC", "MEDIA_TYPE", "ProtobufError", "UnsupportedKind", "decode"]
 
@@ -220,7 +221,7 @@ def _scalar(kind: Any, wire: int, value: int | bytes, where: str) -> Any:
             seconds = fields.get(1, 0)
             if not isinstance(seconds, int) or seconds == 0:
                 return None
-            return datetime.fromtimestamp(_signed(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            return format_rfc3339(_signed(seconds))
         if kind == "intorstr":
             fields = {n: v for n, _, v in _fields(value)}
             if fields.get(1, 0) == 1:

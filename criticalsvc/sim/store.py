@@ -35,7 +35,6 @@ import itertools
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import attrs
@@ -58,6 +57,7 @@ from ..labels import LabelSelector, Requirement
 from ..objects import project
 from ..restmapper import ResourceType, RESTMapper, guess_resource, resource_type_from_crd
 from ..state import MemoryState
+from ..timestamps import format_rfc3339
 
 CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 NAMESPACE_FINALIZER = "kubernetes"
@@ -186,10 +186,6 @@ class DeleteResult:
 
 
 Key = tuple[GroupResource, str, str]
-
-
-def _rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Store:
@@ -370,7 +366,7 @@ class Store:
                            "are required")
         md.pop("deletionTimestamp", None)
         md["uid"] = next(self._uids)
-        md["creationTimestamp"] = _rfc3339(self.clock())
+        md["creationTimestamp"] = format_rfc3339(self.clock())
         md.setdefault("generation", 1)
         if gr == NAMESPACES:
             obj.setdefault("spec", {}).setdefault("finalizers", [NAMESPACE_FINALIZER])
@@ -504,7 +500,7 @@ class Store:
             finalizers.append("orphan")
             obj["metadata"]["finalizers"] = finalizers
         if finalizers or self._spec_finalizers(gr, obj):
-            obj["metadata"]["deletionTimestamp"] = _rfc3339(self.clock())
+            obj["metadata"]["deletionTimestamp"] = format_rfc3339(self.clock())
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
             if gr == NAMESPACES:
                 obj["status"] = {**obj.get("status", {}), "phase": "Terminating"}
