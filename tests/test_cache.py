@@ -210,14 +210,6 @@ async def test_reflector_backs_off_when_410_repeats_without_events() -> None:
     assert len(waits) == 2 and 0.5 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 2.0  # none after the event
 
 
-def test_backoff_doubles_to_its_cap_with_jitter() -> None:
-    """Delays start at 0.5 s, double per failure, stop at 30 s, and stay within half to all of that."""
-    b, rng = Backoff(), random.Random(7)
-    for failures, base in [(1, 0.5), (2, 1.0), (3, 2.0), (7, 30.0), (50, 30.0)]:
-        delay = b.delay(failures, rng)
-        assert base / 2 <= delay <= base
-
-
 # --- unit: discovery -------------------------------------------------------------------------------------
 def test_resource_lists_keep_listable_top_level_resources() -> None:
     """Subresources and resources that cannot be listed and watched are not served types for the gate."""

@@ -8,9 +8,10 @@
 Fresh reads for confirming an ALLOW live next door, in criticalsvc.live (they share the transport).
 """
 
+from ..backoff import Backoff
 from .discovery import DiscoveryResult, discover, discover_group
 from .manager import ALWAYS_WATCHED, CacheState
-from .reflector import Backoff, Reflector
+from .reflector import Reflector
 from .transport import APIError, APIStatusError, KubeTransport, Transport, TransportError, connect
 
 __all__ = [

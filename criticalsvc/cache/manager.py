@@ -53,6 +53,7 @@ import structlog
 
 from .. import criteria
 from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, GroupResource, ObjectRef
+from ..backoff import Backoff
 from ..errors import InvalidInput, StateUnavailable
 from ..labels import LabelSelector
 from ..objects import KubeObject, project
@@ -60,7 +61,7 @@ from ..restmapper import ResourceType, RESTMapper, resource_type_from_crd
 from ..state import ClusterState, MemoryState
 from .discovery import TIMEOUT as DISCOVERY_TIMEOUT
 from .discovery import DiscoveryResult, discover, sync_mapper
-from .reflector import DEFAULT_BACKOFF, WATCH_SECONDS, Backoff, Reflector
+from .reflector import DEFAULT_BACKOFF, WATCH_SECONDS, Reflector
 from .transport import APIError, Transport
 
 log = structlog.get_logger("criticalsvc.cache")

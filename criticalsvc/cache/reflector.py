@@ -40,10 +40,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-import attrs
 import structlog
 
 from ..api import GroupResource
+from ..backoff import Backoff
 from ..restmapper import ResourceType
 from .discovery import group_version_path
 from .transport import (
@@ -72,20 +72,6 @@ WATCH_SECONDS = (300, 600)
 WATCH_GRACE = 30.0
 # A stream that ends this soon without a single event is a failure, not a normal expiry.
 MIN_HEALTHY_STREAM = 1.0
-
-
-@attrs.frozen
-class Backoff:
-    """Waits between failed attempts: `initial` doubling to `maximum`, each scaled by 0.5-1.0."""
-
-    initial: float = 0.5
-    maximum: float = 30.0
-    factor: float = 2.0
-
-    def delay(self, failures: int, rng: random.Random) -> float:
-        base = min(self.maximum, self.initial * self.factor ** max(0, failures - 1))
-        # "Equal jitter": at least half the delay, so a herd of reflectors does not reconnect in step.
-        return base * (0.5 + rng.random() / 2)
 
 
 class Sink(Protocol):
@@ -298,7 +284,6 @@ __all__ = [
     "LIST_TIMEOUT",
     "PAGE_SIZE",
     "WATCH_SECONDS",
-    "Backoff",
     "Reflector",
     "Sink",
     "collection_path",

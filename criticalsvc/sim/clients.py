@@ -22,7 +22,8 @@ import random
 from collections.abc import Iterable, Sequence
 
 from ..api import NAMESPACES, ObjectRef
-from .controllers import _outcome, backoff, describe_error
+from ..backoff import Backoff
+from .controllers import _outcome, describe_error
 from .engine import Engine
 from .store import APIError, Store
 from .timeline import NOT_FOUND, Timeline
@@ -84,6 +85,7 @@ class _RetryingClient(Client):
                  rng: random.Random, actor: str, user: str) -> None:
         super().__init__(refs, store=store, engine=engine, timeline=timeline, rng=rng, actor=actor, user=user)
         self.pending: dict[ObjectRef, int] = {}
+        self.backoff = Backoff(initial=self.BASE, maximum=self.CAP)
 
     def targets(self) -> list[ObjectRef]:
         return list(self.refs)
@@ -99,9 +101,9 @@ class _RetryingClient(Client):
         if self._delete(ref, self.propagation):
             self.pending.pop(ref, None)
             return
-        n = self.pending.get(ref, 0)
-        self.pending[ref] = n + 1
-        self.engine.schedule(backoff(n, base=self.BASE, cap=self.CAP), lambda: self._attempt(ref))
+        failures = self.pending.get(ref, 0) + 1
+        self.pending[ref] = failures
+        self.engine.schedule(self.backoff.delay(failures), lambda: self._attempt(ref))
 
 
 class ManifestWorkAgent(_RetryingClient):

@@ -42,6 +42,7 @@ from ..api import (
     ObjectRef,
     parse_critical_service,
 )
+from ..backoff import Backoff
 from ..errors import InvalidInput
 from ..objects import KubeObject
 from ..restmapper import resource_type_from_crd
@@ -61,11 +62,6 @@ GARBAGE_COLLECTOR_USER = "system:serviceaccount:kube-system:generic-garbage-coll
 APISERVER_USER = "system:apiserver"  # the CRD finalizer runs inside kube-apiserver (apiextensions)
 
 
-def backoff(failures: int, *, base: float, cap: float) -> float:
-    """client-go's ItemExponentialFailureRateLimiter: base·2ⁿ, capped [Q1]."""
-    return float(min(base * 2 ** min(failures, 64), cap))
-
-
 class WorkQueue(Generic[K]):
     """client-go's rate-limited delaying queue, as much of it as a single-threaded model needs.
 
@@ -76,7 +72,7 @@ class WorkQueue(Generic[K]):
     def __init__(self, engine: Engine, process: Callable[[K], None], *, base: float, cap: float) -> None:
         self._engine = engine
         self._process = process
-        self.base, self.cap = base, cap
+        self.backoff = Backoff(initial=base, maximum=cap)  # client-go's ItemExponentialFailureRateLimiter [Q1]
         self._due: dict[K, float] = {}
         self._failures: dict[K, int] = {}
 
@@ -93,9 +89,9 @@ class WorkQueue(Generic[K]):
         self._engine.schedule(delay, lambda: self._fire(key, due))
 
     def add_rate_limited(self, key: K) -> float:
-        n = self._failures.get(key, 0)
-        self._failures[key] = n + 1
-        delay = backoff(n, base=self.base, cap=self.cap)
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        delay = self.backoff.delay(failures)
         self.add_after(key, delay)
         return delay
 
@@ -803,5 +799,5 @@ def start_controllers(store: Store, engine: Engine, *, timeline: Timeline | None
 
 __all__ = [
     "CRDCleanupController", "Controllers", "FinalizerController", "FinalizerControllers", "GarbageCollector",
-    "NamespaceController", "OwnerReference", "WorkQueue", "backoff", "owner_references", "start_controllers",
+    "NamespaceController", "OwnerReference", "WorkQueue", "owner_references", "start_controllers",
 ]
