@@ -27,7 +27,7 @@ from criticalsvc.sim.apiserver import (
 )
 from criticalsvc.sim.cluster import Cluster
 from criticalsvc.sim.engine import Engine
-from criticalsvc.sim.store import Store, Webhook, WebhookRule, gate_hook
+from criticalsvc.sim.store import RegisteredWebhook, Store, WebhookRule, gate_hook
 from criticalsvc.sim.webhook_client import register_webhooks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -358,7 +358,7 @@ async def test_namespace_delete_then_finalize() -> None:
 async def test_gate_denial_is_a_forbidden_status_with_the_webhook_message() -> None:
     """A DELETE the gate denies is HTTP 403 with `admission webhook "gate.criticalsvc.io" denied the request`."""
     store = Store(clock=time.time)
-    store.webhooks.append(Webhook(gate_hook(store)))
+    store.webhooks.append(RegisteredWebhook(gate_hook(store)))
     cs = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "web"},
           "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "default", "name": "web"},
                    "criteria": [{"type": "SpecificResource", "specificResource": {
@@ -387,7 +387,7 @@ async def test_webhook_warnings_become_warning_headers() -> None:
                              "status": {"code": 403, "reason": "Forbidden", "message": "no"}}}
 
     store = Store(clock=time.time)
-    store.webhooks.append(Webhook(hook, rules=(WebhookRule(frozenset({"DELETE"}),
+    store.webhooks.append(RegisteredWebhook(hook, rules=(WebhookRule(frozenset({"DELETE"}),
                                                            frozenset({GroupResource("apps", "deployments")})),)))
     async with standin(store) as (_, client):
         await client.post(DEPLOYMENTS, json=deployment("ok"))
@@ -843,9 +843,9 @@ def test_label_selector_text(text: str, labels: dict[str, str], expected: bool) 
 
 def test_malformed_label_selector_is_a_bad_request() -> None:
     """A selector that cannot be parsed is a 400 BadRequest, not a crash."""
-    from criticalsvc.sim.store import APIError
+    from criticalsvc.sim.store import StatusError
 
-    with pytest.raises(APIError) as info:
+    with pytest.raises(StatusError) as info:
         parse_label_selector_text("app in (a")
     assert info.value.code == 400
 

@@ -29,7 +29,7 @@ from kubernetes.client.rest import ApiException
 from criticalsvc.api import GroupResource, ObjectRef
 from criticalsvc.sim.apiserver import ServerThread, StandIn
 from criticalsvc.sim.kubeconfig import write_kubeconfig
-from criticalsvc.sim.store import APIError, Store, Webhook, WebhookRule
+from criticalsvc.sim.store import RegisteredWebhook, StatusError, Store, WebhookRule
 from criticalsvc.sim.webhook_client import WebhookClient
 
 DEPLOYMENTS = GroupResource("apps", "deployments")
@@ -168,7 +168,7 @@ class WebhookServer:
 
 def store_with(hook: Any, policy: str = "Fail") -> Store:
     store = Store(clock=time.time)
-    store.webhooks.append(Webhook(hook, rules=DELETE_DEPLOYMENTS, failure_policy=policy))  # type: ignore[arg-type]
+    store.webhooks.append(RegisteredWebhook(hook, rules=DELETE_DEPLOYMENTS, failure_policy=policy))  # type: ignore[arg-type]
     store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
     store.create(deployment("web"))
     return store
@@ -204,7 +204,7 @@ def test_webhook_outcomes_follow_failure_policy(pki: PKI, path: str, policy: str
             if outcome == "deleted":
                 assert store.delete(WEB).outcome == "deleted"
                 return
-            with pytest.raises(APIError) as info:
+            with pytest.raises(StatusError) as info:
                 store.delete(WEB)
         finally:
             hook.close()
@@ -222,7 +222,7 @@ def test_webhook_timeout_is_a_failed_call(pki: PKI) -> None:
     with WebhookServer(pki) as server:
         hook = WebhookClient(server.url + "/slow", ca_bundle=pki.ca_pem, timeout_seconds=0.5)
         started = time.monotonic()
-        with pytest.raises(APIError) as info:
+        with pytest.raises(StatusError) as info:
             store_with(hook).delete(WEB)
         hook.close()
     assert info.value.code == 500 and "context deadline exceeded" in info.value.message
@@ -255,9 +255,9 @@ def test_webhook_tls_is_verified_and_client_certificates_are_presented(pki: PKI,
         with_cert = WebhookClient(server.url + "/allow", ca_bundle=pki.ca_pem,
                                   client_cert=(pki.files["client"], pki.files["client-key"]))
         try:
-            with pytest.raises(APIError) as bad_ca:
+            with pytest.raises(StatusError) as bad_ca:
                 store_with(untrusted).delete(WEB)
-            with pytest.raises(APIError) as no_cert:
+            with pytest.raises(StatusError) as no_cert:
                 store_with(anonymous).delete(WEB)
             assert store_with(with_cert).delete(WEB).outcome == "deleted"
         finally:
@@ -387,7 +387,7 @@ def test_client_sees_a_webhook_denial_as_403(api: tuple[client.ApiClient, StandI
             "uid": review["request"]["uid"], "allowed": False,
             "status": {"code": 403, "reason": "Forbidden", "message": "protected"}}}
 
-    standin.submit(lambda: standin.store.webhooks.append(Webhook(deny, rules=DELETE_DEPLOYMENTS))).result()
+    standin.submit(lambda: standin.store.webhooks.append(RegisteredWebhook(deny, rules=DELETE_DEPLOYMENTS))).result()
     apps = client.AppsV1Api(api_client)
     apps.create_namespaced_deployment("default", deployment("web"))
     with pytest.raises(ApiException) as denied:

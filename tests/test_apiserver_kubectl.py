@@ -19,7 +19,7 @@ import pytest
 
 from criticalsvc.sim.apiserver import ServerThread, StandIn
 from criticalsvc.sim.kubeconfig import write_kubeconfig
-from criticalsvc.sim.store import Store, Webhook, gate_hook
+from criticalsvc.sim.store import RegisteredWebhook, Store, gate_hook
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None,
                                 reason="kubectl is not on PATH (Debian package kubernetes-client)")
@@ -54,7 +54,7 @@ class Kubectl:
 def kubectl(tmp_path: Path) -> Iterator[Kubectl]:
     """A fresh stand-in whose store calls the real gate on every gated request, and kubectl for it."""
     store = Store(clock=time.time)
-    store.webhooks.append(Webhook(gate_hook(store)))
+    store.webhooks.append(RegisteredWebhook(gate_hook(store)))
     standin = StandIn(store)
     with ServerThread(standin) as url:
         yield Kubectl(standin, url, tmp_path)

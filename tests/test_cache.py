@@ -41,8 +41,7 @@ from criticalsvc.decision import AdmissionRequest, Rule, decide
 from criticalsvc.errors import InvalidInput, StateUnavailable
 from criticalsvc.restmapper import ResourceType, RESTMapper
 from criticalsvc.sim.kubeconfig import write_kubeconfig
-from criticalsvc.sim.store import APIError as StoreAPIError
-from criticalsvc.sim.store import Store
+from criticalsvc.sim.store import StatusError, Store
 
 pytestmark = pytest.mark.anyio
 
@@ -507,7 +506,7 @@ class CacheFollowsTheStore(RuleBasedStateMachine):
         self.loop.run_until_complete(settled())
 
     def attempt(self, write: Any) -> None:
-        with contextlib.suppress(StoreAPIError):  # e.g. no such CRD (404), or it is terminating (403)
+        with contextlib.suppress(StatusError):  # e.g. no such CRD (404), or it is terminating (403)
             write()
         self.settle()
 

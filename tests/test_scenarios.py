@@ -36,7 +36,7 @@ from strategies_sim import Topology, topologies
 
 from criticalsvc.api import CRDS, NAMESPACES, GroupResource, ObjectRef
 from criticalsvc.errors import MalformedManifest
-from criticalsvc.sim.cluster import Cluster, Verdict
+from criticalsvc.sim.cluster import Cluster, TeardownVerdict
 from criticalsvc.sim.store import Store, WatchEvent
 
 DEPLOYMENTS = GroupResource("apps", "deployments")
@@ -120,7 +120,7 @@ def start(cluster: Cluster, topo: Topology, k: int, *, delay: float = 0.0) -> No
                      repeat=30.0 if client == "kubectl-repeat" else None, delay=delay)
 
 
-def run(topo: Topology, *, gate: bool = True) -> tuple[Cluster, Verdict, Oracle]:
+def run(topo: Topology, *, gate: bool = True) -> tuple[Cluster, TeardownVerdict, Oracle]:
     cluster = Cluster(gate=gate, seed=topo.seed)
     oracle = Oracle(cluster.store, topo)
     cluster.load(topo.manifests())
@@ -129,7 +129,7 @@ def run(topo: Topology, *, gate: bool = True) -> tuple[Cluster, Verdict, Oracle]
     return cluster, cluster.run(), oracle
 
 
-def describe(cluster: Cluster, verdict: Verdict) -> str:
+def describe(cluster: Cluster, verdict: TeardownVerdict) -> str:
     return verdict.summary() + "".join(f"\n  {h.ref}: {'; '.join(h.reasons)}" for h in verdict.remaining)
 
 

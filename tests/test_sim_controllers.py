@@ -13,7 +13,7 @@ from criticalsvc.manifests import load_text
 from criticalsvc.sim.cluster import Cluster
 from criticalsvc.sim.controllers import WorkQueue
 from criticalsvc.sim.engine import VirtualEngine
-from criticalsvc.sim.store import Webhook, WebhookRule
+from criticalsvc.sim.store import RegisteredWebhook, WebhookRule
 
 DEPLOYMENTS = GroupResource("apps", "deployments")
 CONFIGMAPS = GroupResource("", "configmaps")
@@ -94,8 +94,8 @@ def add_webhook(cluster: Cluster, resources: set[GroupResource], *, allow: bool)
             response["status"] = {"code": 403, "reason": "Forbidden", "message": "test policy says no"}
         return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
-    cluster.store.webhooks.append(Webhook(hook, rules=(WebhookRule(frozenset({"DELETE"}), frozenset(resources)),),
-                                          name="test.example.com"))
+    rules = (WebhookRule(frozenset({"DELETE"}), frozenset(resources)),)
+    cluster.store.webhooks.append(RegisteredWebhook(hook, rules=rules, name="test.example.com"))
     return seen
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from criticalsvc.sim import schema as S
 from criticalsvc.sim.apiserver import StandIn
-from criticalsvc.sim.store import Store, Webhook, gate_hook
+from criticalsvc.sim.store import RegisteredWebhook, Store, gate_hook
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = yaml.safe_load((ROOT / "api" / "criticalservices.criticalsvc.io.yaml").read_text(encoding="utf-8"))
@@ -299,7 +299,7 @@ async def test_the_stand_in_answers_422_before_the_webhook_and_still_creates_val
         reviewed.append(f"{review['request']['operation']} {review['request']['name']}")
         return gate(review)
 
-    store.webhooks.append(Webhook(hook))
+    store.webhooks.append(RegisteredWebhook(hook))
     server = StandIn(store)
     bogus = service({"type": "Bogus"})
     bogus["metadata"]["name"] = "bogus"

@@ -28,7 +28,7 @@ import attrs
 from ..api import NAMESPACES, CriticalService, Enforcement, GroupResource, ObjectRef, parse_critical_service
 from ..errors import MalformedManifest
 from ..manifests import Manifest
-from ..sim.cluster import Cluster, Verdict
+from ..sim.cluster import Cluster, TeardownVerdict
 from ..sim.timeline import REMOVED, Event, render_text
 from ..snapshot import is_critical_service
 from .plan import add_bundle_arguments, load_bundles
@@ -204,8 +204,8 @@ def next_steps(cluster: Cluster, args: argparse.Namespace, *, warnings: Sequence
     return steps
 
 
-def to_text(cluster: Cluster, verdict: Verdict, args: argparse.Namespace, *, warnings: Sequence[GateWarning] = (),
-            services: Sequence[tuple[CriticalService, Manifest]] = ()) -> str:
+def to_text(cluster: Cluster, verdict: TeardownVerdict, args: argparse.Namespace, *,
+            warnings: Sequence[GateWarning] = (), services: Sequence[tuple[CriticalService, Manifest]] = ()) -> str:
     n_bundles = len(cluster.bundles)
     total = sum(len(v) for v in cluster.bundles.values())
     client = CLIENT_WORDS[args.client]
@@ -260,7 +260,7 @@ def to_text(cluster: Cluster, verdict: Verdict, args: argparse.Namespace, *, war
     return "\n".join(out)
 
 
-def summary(verdict: Verdict, warnings: Sequence[GateWarning]) -> str:
+def summary(verdict: TeardownVerdict, warnings: Sequence[GateWarning]) -> str:
     """The verdict's line, and, when the gate only warned, that it did."""
     text = verdict.summary()
     deletes = _warn_deletes(warnings)
@@ -270,7 +270,8 @@ def summary(verdict: Verdict, warnings: Sequence[GateWarning]) -> str:
     return text
 
 
-def to_json(cluster: Cluster, verdict: Verdict, args: argparse.Namespace, *, warnings: Sequence[GateWarning] = (),
+def to_json(cluster: Cluster, verdict: TeardownVerdict, args: argparse.Namespace, *,
+            warnings: Sequence[GateWarning] = (),
             services: Sequence[tuple[CriticalService, Manifest]] = ()) -> dict[str, Any]:
     def ref_dict(ref: Any) -> dict[str, str]:
         return {"group": ref.group_resource.group, "resource": ref.group_resource.resource,

@@ -50,7 +50,7 @@ Use (what `criticalsvc serve --embedded` needs):
 
     store = Store(clock=time.time)
     store.create(crd_manifest)                                   # before serving: no lock needed yet
-    store.webhooks.append(Webhook(WebhookClient(url, ca_bundle=ca_pem)))   # or webhook_client.register_webhooks
+    store.webhooks.append(RegisteredWebhook(WebhookClient(url, ca_bundle=ca_pem)))  # or register_webhooks
     standin = StandIn(store, start_controllers=controllers.start_controllers)
     await serve(standin, host="127.0.0.1", port=0, on_ready=lambda url: write_kubeconfig(path, url))
 
@@ -102,7 +102,7 @@ from ..timestamps import format_rfc3339
 from . import protobuf, tables
 from . import schema as crd_schema
 from .engine import Callback, Engine, RealTimeEngine
-from .store import APIError, DeleteResult, Store, WatchEvent, not_found
+from .store import DeleteResult, StatusError, Store, WatchEvent, not_found
 
 __all__ = [
     "BUILTIN_NAMESPACES",
@@ -204,8 +204,8 @@ def parse_label_selector_text(text: str) -> LabelSelector:
     for part in _split_top(text):
         m = _REQUIREMENT.match(part)
         if m is None:
-            raise APIError(400, "BadRequest", f'unable to parse requirement: found "{part.strip()}", '
-                           "expected: key, key=value, key!=value, key in (...), key notin (...) or !key")
+            raise StatusError(400, "BadRequest", f'unable to parse requirement: found "{part.strip()}", '
+                              "expected: key, key=value, key!=value, key in (...), key notin (...) or !key")
         if m["not"]:
             requirements.append(Requirement(m["nkey"], "DoesNotExist"))
         elif m["op"]:
@@ -228,8 +228,8 @@ def parse_field_selector(text: str) -> list[FieldRequirement]:
     for part in (p.strip() for p in text.split(",") if p.strip()):
         m = re.match(r"^([A-Za-z0-9_.]+)\s*(==|=|!=)\s*(.*)$", part)
         if m is None:
-            raise APIError(400, "BadRequest", f'invalid field selector: "{part}": expected field=value or '
-                           "field!=value")
+            raise StatusError(400, "BadRequest", f'invalid field selector: "{part}": expected field=value or '
+                              "field!=value")
         result.append((tuple(m[1].split(".")), m[2] != "!=", m[3]))
     return result
 
@@ -656,11 +656,11 @@ class StandIn:
         try:
             await self.start()
             return await self._route(request)
-        except APIError as exc:
+        except StatusError as exc:
             return _status(exc)
         except Exception as exc:
             log.exception("stand-in request failed", method=request.method, path=request.url.path)
-            return _status(APIError(500, "InternalError", f"Internal error occurred: {exc}"))
+            return _status(StatusError(500, "InternalError", f"Internal error occurred: {exc}"))
 
     async def _route(self, request: Request) -> Response:
         parts = [p for p in request.url.path.split("/") if p]
@@ -905,7 +905,7 @@ class StandIn:
             self.store.admission_warnings.clear()
             try:
                 result = fn()
-            except APIError as exc:
+            except StatusError as exc:
                 exc.warnings = list(self.store.admission_warnings)  # type: ignore[attr-defined]
                 raise
             return result, list(self.store.admission_warnings)
@@ -954,7 +954,7 @@ class StandIn:
                                      include_object=form.include_object, headers=headers,
                                      group_version=form.group_version, is_list=is_list)
         except tables.TableError as exc:
-            raise APIError(400, "BadRequest", str(exc)) from exc
+            raise StatusError(400, "BadRequest", str(exc)) from exc
 
     async def _create(self, request: Request, t: ResourceType, namespace: str, params: Mapping[str, str],
                       user: str) -> Response:
@@ -962,8 +962,8 @@ class StandIn:
         md = body.setdefault("metadata", {})
         if t.namespaced:
             if md.get("namespace") and md["namespace"] != namespace:
-                raise APIError(400, "BadRequest", "the namespace of the provided object does not match the "
-                               "namespace sent on the request")
+                raise StatusError(400, "BadRequest", "the namespace of the provided object does not match the "
+                                  "namespace sent on the request")
             md["namespace"] = namespace
         if not md.get("name") and md.get("generateName"):
             # apiserver's SimpleNameGenerator: 5 characters from an alphabet without vowels.
@@ -1012,7 +1012,7 @@ class StandIn:
         if errors:
             name = str((obj.get("metadata") or {}).get("name") or "")
             status_body = crd_schema.invalid_status(t.group, t.kind, name, errors)
-            raise APIError(422, "Invalid", status_body["message"], details=status_body["details"])
+            raise StatusError(422, "Invalid", status_body["message"], details=status_body["details"])
 
     def _preserve(self, t: ResourceType, new: dict[str, Any], current: Mapping[str, Any]) -> None:
         """What the registry strategies keep on a main-resource update: status, a namespace's finalizers."""
@@ -1057,10 +1057,10 @@ class StandIn:
             try:
                 new = apply(current, patch)
             except PatchError as exc:
-                raise APIError(422, "Invalid", f"the server rejected our request due to an error in our "
-                               f"request: {exc}") from exc
+                raise StatusError(422, "Invalid", f"the server rejected our request due to an error in our "
+                                  f"request: {exc}") from exc
             if not isinstance(new, dict):
-                raise APIError(422, "Invalid", "the patched object is not a JSON object")
+                raise StatusError(422, "Invalid", "the patched object is not a JSON object")
             new["apiVersion"], new["kind"] = current["apiVersion"], current["kind"]
             _check_identity(new, t, ref)
             if status_only:
@@ -1081,14 +1081,14 @@ class StandIn:
         if content_type == "application/strategic-merge-patch+json":
             if t.group_resource not in BUILTIN:
                 # Custom resources have no Go struct tags to drive a strategic merge.
-                raise APIError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
-                               "accepted media types include: application/json-patch+json, "
-                               "application/merge-patch+json, application/apply-patch+yaml")
+                raise StatusError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                                  "accepted media types include: application/json-patch+json, "
+                                  "application/merge-patch+json, application/apply-patch+yaml")
             return strategic_merge_patch
-        raise APIError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
-                       f'"{content_type}" is not supported by the API-server stand-in; accepted media types '
-                       "include: application/json-patch+json, application/merge-patch+json, "
-                       "application/strategic-merge-patch+json")
+        raise StatusError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                          f'"{content_type}" is not supported by the API-server stand-in; accepted media types '
+                          "include: application/json-patch+json, application/merge-patch+json, "
+                          "application/strategic-merge-patch+json")
 
     def _write_status(self, t: ResourceType, ref: ObjectRef, new: Mapping[str, Any], current: Mapping[str, Any],
                       params: Mapping[str, str]) -> dict[str, Any]:
@@ -1159,10 +1159,10 @@ class StandIn:
             try:
                 scale = apply(current, body)
             except PatchError as exc:
-                raise APIError(422, "Invalid", f"the server rejected our request due to an error in our "
-                               f"request: {exc}") from exc
+                raise StatusError(422, "Invalid", f"the server rejected our request due to an error in our "
+                                  f"request: {exc}") from exc
             if not isinstance(scale, dict):
-                raise APIError(422, "Invalid", "the patched object is not a JSON object")
+                raise StatusError(422, "Invalid", "the patched object is not a JSON object")
             return scale
 
         def op() -> dict[str, Any]:
@@ -1174,9 +1174,10 @@ class StandIn:
             replicas = (scale.get("spec") or {}).get("replicas", 0)
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 message = f"Invalid value: {orjson.dumps(replicas).decode()}: must be greater than or equal to 0"
-                raise APIError(422, "Invalid", f'Scale.autoscaling "{ref.name}" is invalid: spec.replicas: {message}',
-                               details={"name": ref.name, "group": "autoscaling", "kind": "Scale", "causes": [
-                                   {"reason": "FieldValueInvalid", "message": message, "field": "spec.replicas"}]})
+                raise StatusError(422, "Invalid", f'Scale.autoscaling "{ref.name}" is invalid: spec.replicas: '
+                                  f"{message}", details={"name": ref.name, "group": "autoscaling", "kind": "Scale",
+                                                         "causes": [{"reason": "FieldValueInvalid", "message": message,
+                                                                     "field": "spec.replicas"}]})
             updated = copy.deepcopy(current)
             updated.setdefault("spec", {})["replicas"] = replicas
             updated["metadata"].pop("resourceVersion", None)
@@ -1218,8 +1219,8 @@ class StandIn:
             if list(finalizers) == list((current.get("spec") or {}).get("finalizers") or []):
                 return current
             if finalizers:
-                raise APIError(422, "Invalid", f'namespaces "{ref.name}" is invalid: spec.finalizers: the '
-                               "API-server stand-in only supports removing all of them")
+                raise StatusError(422, "Invalid", f'namespaces "{ref.name}" is invalid: spec.finalizers: the '
+                                  "API-server stand-in only supports removing all of them")
             obj = self.store.finalize_namespace(ref.name)
             if obj is None:
                 raise not_found(NAMESPACES, ref.name)
@@ -1236,9 +1237,9 @@ class StandIn:
             current = self._existing(t, ref)
             rv = options["resource_version"]
             if rv is not None and rv != current["metadata"].get("resourceVersion"):
-                raise APIError(409, "Conflict", f"Operation cannot be fulfilled on {t.group_resource} "
-                               f'"{ref.name}": Precondition failed: ResourceVersion in precondition: {rv}, '
-                               f"ResourceVersion in object meta: {current['metadata'].get('resourceVersion')}")
+                raise StatusError(409, "Conflict", f"Operation cannot be fulfilled on {t.group_resource} "
+                                  f'"{ref.name}": Precondition failed: ResourceVersion in precondition: {rv}, '
+                                  f"ResourceVersion in object meta: {current['metadata'].get('resourceVersion')}")
             return self.store.delete(ref, user=user, dry_run=options["dry_run"],
                                      propagation=options["propagation"], uid=options["uid"])
 
@@ -1273,13 +1274,13 @@ class StandIn:
         raw_rv = params.get("resourceVersion", "")
         send_initial = params.get("sendInitialEvents") == "true" or raw_rv in ("", "0")
         if not send_initial and not raw_rv.isdigit():
-            raise APIError(400, "BadRequest", f'resourceVersion: Invalid value: "{raw_rv}": must be an integer')
+            raise StatusError(400, "BadRequest", f'resourceVersion: Invalid value: "{raw_rv}": must be an integer')
         floor = int(raw_rv) if raw_rv.isdigit() else 0
         bookmarks = params.get("allowWatchBookmarks") in ("true", "1")
         try:
             timeout = float(params.get("timeoutSeconds") or self.watch_timeout)
         except ValueError:
-            raise APIError(400, "BadRequest", "timeoutSeconds: must be a number") from None
+            raise StatusError(400, "BadRequest", "timeoutSeconds: must be a number") from None
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[WatchEvent | _Closing] = asyncio.Queue()
 
@@ -1334,7 +1335,7 @@ class StandIn:
         subscribed = await self.read(subscribe)
         if isinstance(subscribed, int):
             # The watch cache's answer to an expired version: HTTP 200, one ERROR event, 410 Expired.
-            gone = APIError(410, "Expired", f"too old resource version: {floor} ({subscribed})").status()
+            gone = StatusError(410, "Expired", f"too old resource version: {floor} ({subscribed})").status()
             return Response(orjson.dumps({"type": "ERROR", "object": gone}) + b"\n", media_type="application/json")
         unsubscribe, start_rv, initial = subscribed
         self._watches.add(queue)
@@ -1587,7 +1588,7 @@ def warning_headers(warnings: Iterable[str]) -> list[bytes]:
     return headers
 
 
-def _status(error: APIError) -> Response:
+def _status(error: StatusError) -> Response:
     return _json(error.status(), status_code=error.code, warnings=getattr(error, "warnings", ()))
 
 
@@ -1626,19 +1627,19 @@ def _scale_of(obj: Mapping[str, Any]) -> dict[str, Any]:
                        **({"selector": selector} if selector else {})}}
 
 
-def _not_served() -> APIError:
-    return APIError(404, "NotFound", "the server could not find the requested resource")
+def _not_served() -> StatusError:
+    return StatusError(404, "NotFound", "the server could not find the requested resource")
 
 
-def _method_not_allowed(method: str) -> APIError:
-    return APIError(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource "
-                    f"({method})")
+def _method_not_allowed(method: str) -> StatusError:
+    return StatusError(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource "
+                       f"({method})")
 
 
-def _conflict(gr: GroupResource, name: str) -> APIError:
-    return APIError(409, "Conflict", f'Operation cannot be fulfilled on {gr} "{name}": the object has been '
-                    "modified; please apply your changes to the latest version and try again",
-                    details={"name": name, "group": gr.group, "kind": gr.resource})
+def _conflict(gr: GroupResource, name: str) -> StatusError:
+    return StatusError(409, "Conflict", f'Operation cannot be fulfilled on {gr} "{name}": the object has been '
+                       "modified; please apply your changes to the latest version and try again",
+                       details={"name": name, "group": gr.group, "kind": gr.resource})
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -1650,7 +1651,7 @@ def _json_body(raw: bytes) -> Any:
     try:
         return orjson.loads(raw) if raw.strip() else {}
     except orjson.JSONDecodeError as exc:
-        raise APIError(400, "BadRequest", f"the body of the request could not be decoded as JSON: {exc}") from exc
+        raise StatusError(400, "BadRequest", f"the body of the request could not be decoded as JSON: {exc}") from exc
 
 
 def _media_type(request: Request) -> str:
@@ -1663,19 +1664,20 @@ def _decode_body(raw: bytes, media: str) -> Any:
         try:
             return protobuf.decode(raw)
         except protobuf.UnsupportedKind as exc:
-            raise APIError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
-                           f"{exc}; send it as application/json (kubectl create -f / kubectl apply -f)") from exc
+            raise StatusError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                              f"{exc}; send it as application/json (kubectl create -f / kubectl apply -f)") from exc
         except protobuf.ProtobufError as exc:
-            raise APIError(400, "BadRequest", f"the body of the request could not be decoded: {exc}") from exc
+            raise StatusError(400, "BadRequest", f"the body of the request could not be decoded: {exc}") from exc
     if media in ("application/yaml", "application/x-yaml", "text/yaml"):
         try:
             return yaml.safe_load(raw) if raw.strip() else {}
         except yaml.YAMLError as exc:
-            raise APIError(400, "BadRequest", f"the body of the request could not be decoded as YAML: {exc}") from exc
+            raise StatusError(400, "BadRequest",
+                              f"the body of the request could not be decoded as YAML: {exc}") from exc
     if media not in ("", "application/json", "*/*"):
-        raise APIError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - "{media}"; '
-                       "accepted media types include: application/json, application/yaml, "
-                       "application/vnd.kubernetes.protobuf")
+        raise StatusError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                          f'"{media}"; accepted media types include: application/json, application/yaml, '
+                          "application/vnd.kubernetes.protobuf")
     return _json_body(raw)
 
 
@@ -1685,28 +1687,28 @@ async def _request_body(request: Request) -> Any:
 
 def _object_body(body: Any, t: ResourceType) -> dict[str, Any]:
     if not isinstance(body, dict):
-        raise APIError(400, "BadRequest", "the body of the request must be a JSON object")
+        raise StatusError(400, "BadRequest", "the body of the request must be a JSON object")
     # The API server defaults apiVersion/kind from the URL and rejects a body of another type.
     body.setdefault("apiVersion", t.api_version)
     body.setdefault("kind", t.kind)
     if body["apiVersion"] != t.api_version or body["kind"] != t.kind:
-        raise APIError(400, "BadRequest", f"the API version in the data ({body['apiVersion']}) and kind "
-                       f"({body['kind']}) do not match the expected {t.api_version}, Kind={t.kind}")
+        raise StatusError(400, "BadRequest", f"the API version in the data ({body['apiVersion']}) and kind "
+                          f"({body['kind']}) do not match the expected {t.api_version}, Kind={t.kind}")
     if not isinstance(body.get("metadata", {}), dict):
-        raise APIError(400, "BadRequest", "metadata must be a JSON object")
+        raise StatusError(400, "BadRequest", "metadata must be a JSON object")
     return body
 
 
 def _check_identity(body: dict[str, Any], t: ResourceType, ref: ObjectRef) -> None:
     md = body.setdefault("metadata", {})
     if md.get("name", ref.name) != ref.name:
-        raise APIError(400, "BadRequest", f"the name of the object ({md['name']}) does not match the name on "
-                       f"the URL ({ref.name})")
+        raise StatusError(400, "BadRequest", f"the name of the object ({md['name']}) does not match the name on "
+                          f"the URL ({ref.name})")
     md["name"] = ref.name
     if t.namespaced:
         if md.get("namespace", ref.namespace) != ref.namespace:
-            raise APIError(400, "BadRequest", "the namespace of the provided object does not match the namespace "
-                           "sent on the request")
+            raise StatusError(400, "BadRequest", "the namespace of the provided object does not match the namespace "
+                              "sent on the request")
         md["namespace"] = ref.namespace
 
 
@@ -1723,8 +1725,8 @@ def _delete_options(body: Any, params: Mapping[str, str]) -> dict[str, Any]:
     if propagation is None and orphan is not None:
         propagation = "Orphan" if str(orphan).lower() == "true" else "Background"
     if propagation not in (None, "Background", "Foreground", "Orphan"):
-        raise APIError(422, "Invalid", f'DeleteOptions.propagationPolicy: Unsupported value: "{propagation}": '
-                       'supported values: "Foreground", "Background", "Orphan"')
+        raise StatusError(422, "Invalid", f'DeleteOptions.propagationPolicy: Unsupported value: "{propagation}": '
+                          'supported values: "Foreground", "Background", "Orphan"')
     dry = body.get("dryRun") or []
     return {"propagation": propagation or "Background", "uid": preconditions.get("uid"),
             "resource_version": preconditions.get("resourceVersion"),

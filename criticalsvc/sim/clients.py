@@ -25,7 +25,7 @@ from ..api import NAMESPACES, ObjectRef
 from ..backoff import Backoff
 from .controllers import _outcome, describe_error
 from .engine import Engine
-from .store import APIError, Store
+from .store import StatusError, Store
 from .timeline import NOT_FOUND, Timeline
 
 CLIENTS = ("manifestwork", "kubectl", "namespace")
@@ -59,7 +59,7 @@ class Client:
         self.attempted[ref] = None
         try:
             result = self.store.delete(ref, user=self.user, propagation=propagation)
-        except APIError as exc:
+        except StatusError as exc:
             if exc.code == 404:
                 self.refused.pop(ref, None)
                 self.timeline.record(self.actor, "DELETE", ref, NOT_FOUND, "already gone")

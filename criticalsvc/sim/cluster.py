@@ -39,7 +39,15 @@ from ..restmapper import resource_type_from_crd
 from .clients import CLIENTS, Client, make_client
 from .controllers import FOREGROUND, ORPHAN, Controllers, FinalizerController, start_controllers
 from .engine import Engine, VirtualEngine
-from .store import CRD_CLEANUP_FINALIZER, NAMESPACE_FINALIZER, APIError, Store, WatchEvent, Webhook, gate_hook
+from .store import (
+    CRD_CLEANUP_FINALIZER,
+    NAMESPACE_FINALIZER,
+    RegisteredWebhook,
+    StatusError,
+    Store,
+    WatchEvent,
+    gate_hook,
+)
 from .timeline import Timeline, gate_message
 
 STALL_WINDOW = 1200.0
@@ -62,7 +70,9 @@ class Hold:
 
 
 @attrs.frozen
-class Verdict:
+class TeardownVerdict:
+    """How a simulated teardown ended: every object gone, or stuck with what remains and why."""
+
     completed: bool
     elapsed: float  # virtual seconds from the start to the last object gone, or to the last change when stuck
     total: int  # objects in the teardown
@@ -113,7 +123,7 @@ class Cluster:
         self.store = Store(clock=self.engine.now)
         self.gate = gate
         if gate:
-            self.store.webhooks.append(Webhook(gate_hook(self.store), failure_policy=failure_policy))
+            self.store.webhooks.append(RegisteredWebhook(gate_hook(self.store), failure_policy=failure_policy))
         self.seed = seed
         self.rng = random.Random(seed)
         self.timeline = Timeline(self.engine.now, seq=lambda: self.store.resource_version)
@@ -249,7 +259,7 @@ class Cluster:
     def _create(self, m: Manifest, obj: Mapping[str, Any]) -> ObjectRef:
         try:
             stored = self.store.create(obj, user=LOAD_USER, allow_unknown_kinds=True)
-        except APIError as exc:
+        except StatusError as exc:
             raise MalformedManifest("", f"{m.kind} {(m.obj.get('metadata') or {}).get('name')!r} cannot be "
                                     f"created: {exc.message}", where=m.where) from None
         md = stored["metadata"]
@@ -299,7 +309,7 @@ class Cluster:
     def _stall_window(self) -> float:
         return max([STALL_WINDOW, *(2 * c.repeat for c in self.clients if c.repeat)])
 
-    def run(self, *, max_time: float = MAX_TIME) -> Verdict:
+    def run(self, *, max_time: float = MAX_TIME) -> TeardownVerdict:
         """Run the virtual engine until the teardown completes or gets stuck; then judge it."""
         if not isinstance(self.engine, VirtualEngine):
             raise TypeError("run() drives a VirtualEngine; a real-time engine runs by itself")
@@ -314,15 +324,15 @@ class Cluster:
         self.engine.run(until=self.engine.now() + seconds, stop=lambda: self.completed)
 
     # --- verdict --------------------------------------------------------------------------------------
-    def verdict(self) -> Verdict:
+    def verdict(self) -> TeardownVerdict:
         start = self._started or 0.0
         remaining = [r for r in self._teardown if self.store.state.get(r) is not None]
         holds = tuple(self.hold(r) for r in sorted(remaining, key=_verdict_order))
         denials = sum(1 for e in self.timeline.events if e.outcome == "denied")
         if not remaining:
-            return Verdict(True, max(0.0, self._last_gone - start), len(self._teardown), (), denials)
-        return Verdict(False, max(0.0, self._last_change - start), len(self._teardown), holds, denials,
-                       self._hint(holds))
+            return TeardownVerdict(True, max(0.0, self._last_gone - start), len(self._teardown), (), denials)
+        return TeardownVerdict(False, max(0.0, self._last_change - start), len(self._teardown), holds, denials,
+                               self._hint(holds))
 
     def _hint(self, holds: Sequence[Hold]) -> str:
         gave_up = [h for h in holds if any("does not retry" in r for r in h.reasons)]
@@ -445,4 +455,4 @@ def _verdict_order(ref: ObjectRef) -> tuple[int, str]:
     return rank, str(ref)
 
 
-__all__ = ["MAX_TIME", "STALL_WINDOW", "Cluster", "Hold", "Mark", "Verdict"]
+__all__ = ["MAX_TIME", "STALL_WINDOW", "Cluster", "Hold", "Mark", "TeardownVerdict"]

@@ -48,7 +48,7 @@ from ..objects import KubeObject
 from ..restmapper import resource_type_from_crd
 from ..timestamps import format_rfc3339
 from .engine import Engine
-from .store import CRD_CLEANUP_FINALIZER, NAMESPACE_FINALIZER, APIError, DeleteResult, Store, WatchEvent
+from .store import CRD_CLEANUP_FINALIZER, NAMESPACE_FINALIZER, DeleteResult, StatusError, Store, WatchEvent
 from .timeline import DELETED, DENIED, FAILED, GONE, MARKED, NOT_RUNNING, REMOVED, STATUS, Timeline
 
 K = TypeVar("K", bound=Hashable)
@@ -131,7 +131,7 @@ def _outcome(result: DeleteResult) -> tuple[str, str]:
     return "unchanged", "already terminating"
 
 
-def describe_error(exc: APIError) -> str:
+def describe_error(exc: StatusError) -> str:
     """DENIED for an admission denial, FAILED for anything else (a webhook that cannot be called, ...)."""
     return DENIED if exc.message.startswith("admission webhook") else FAILED
 
@@ -259,10 +259,10 @@ class NamespaceController:
             remaining = objs  # nothing to delete, nothing can change: count what is held [N2]
         else:
             before = {o.ref: o for o in objs}
-            error: APIError | None = None
+            error: StatusError | None = None
             try:
                 self.store.delete_collection(gr, namespace, user=NAMESPACE_CONTROLLER_USER)
-            except APIError as exc:
+            except StatusError as exc:
                 error = exc
             denied_recorded = False
             for r in sorted(before, key=lambda ref: ref.name):  # the order the one worker went in [S2]
@@ -429,7 +429,7 @@ class CRDCleanupController:
             try:
                 # Straight to storage with an allow-all validator: no admission webhook sees these [C1].
                 self.store.delete_collection(t.group_resource, ns, user=APISERVER_USER, admission=False)
-            except APIError as exc:
+            except StatusError as exc:
                 errors.append(exc.message)
             for r in refs:
                 old, now = before[r], self.store.state.get(r)
@@ -583,7 +583,7 @@ class GarbageCollector:
         policy = "Foreground" if waiting else "Background"
         try:
             result = self.store.delete(ref, user=GARBAGE_COLLECTOR_USER, propagation=policy, uid=current.uid)
-        except APIError as exc:
+        except StatusError as exc:
             if exc.code in (404, 409):  # gone, or replaced under another uid: nothing left to do
                 self.delete_queue.forget(ref)
                 return
@@ -605,7 +605,7 @@ class GarbageCollector:
         obj["metadata"].pop("resourceVersion", None)
         try:
             self.store.update(obj, user=GARBAGE_COLLECTOR_USER)
-        except APIError as exc:
+        except StatusError as exc:
             self.timeline.record(self.actor, "remove ownerReferences", ref, describe_error(exc), exc.message)
             return
         self.timeline.record(self.actor, "remove ownerReferences", ref, "updated", why)
@@ -630,7 +630,7 @@ class GarbageCollector:
     def _remove_finalizer(self, ref: ObjectRef, finalizer: str) -> None:
         try:
             result = self.store.remove_finalizer(ref, finalizer, user=GARBAGE_COLLECTOR_USER)
-        except APIError as exc:
+        except StatusError as exc:
             self.timeline.record(self.actor, f"remove finalizer {finalizer}", ref, describe_error(exc), exc.message)
             self.owner_queue.add_rate_limited(ref)
             return
@@ -709,7 +709,7 @@ class FinalizerController:
             return
         try:
             result = self.store.remove_finalizer(ref, self.finalizer, user=self.user)
-        except APIError as exc:
+        except StatusError as exc:
             self.timeline.record(self.actor, f"remove finalizer {self.finalizer}", ref, describe_error(exc),
                                  exc.message)
             self._pending[ref] = None

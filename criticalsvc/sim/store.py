@@ -64,8 +64,8 @@ NAMESPACE_FINALIZER = "kubernetes"
 WEBHOOK_NAME = "gate.criticalsvc.io"
 
 
-class APIError(CriticalsvcError):
-    """A Kubernetes API error: rendered as a metav1.Status by the HTTP face."""
+class StatusError(CriticalsvcError):
+    """A Kubernetes API error, as apimachinery's errors.StatusError: rendered as a metav1.Status by the HTTP face."""
 
     def __init__(self, code: int, reason: str, message: str, *, details: Mapping[str, Any] | None = None) -> None:
         self.code, self.reason, self.message = code, reason, message
@@ -77,9 +77,9 @@ class APIError(CriticalsvcError):
                 "message": self.message, "reason": self.reason, "details": self.details, "code": self.code}
 
 
-def not_found(gr: GroupResource, name: str) -> APIError:
-    return APIError(404, "NotFound", f'{gr} "{name}" not found',
-                    details={"name": name, "group": gr.group, "kind": gr.resource})
+def not_found(gr: GroupResource, name: str) -> StatusError:
+    return StatusError(404, "NotFound", f'{gr} "{name}" not found',
+                       details={"name": name, "group": gr.group, "kind": gr.resource})
 
 
 # An admission hook receives an AdmissionReview request (dict) and returns the AdmissionReview reply
@@ -152,7 +152,7 @@ DEFAULT_RULES: tuple[WebhookRule, ...] = (
 
 
 @attrs.define
-class Webhook:
+class RegisteredWebhook:
     """A registered validating webhook, as a ValidatingWebhookConfiguration entry describes it."""
 
     hook: AdmissionHook
@@ -192,7 +192,7 @@ class Store:
     """The simulated API server. `clock()` returns seconds (virtual or real)."""
 
     def __init__(self, *, clock: Callable[[], float], mapper: RESTMapper | None = None,
-                 webhooks: Iterable[Webhook] = (), history: int = 10_000) -> None:
+                 webhooks: Iterable[RegisteredWebhook] = (), history: int = 10_000) -> None:
         self.clock = clock
         self.state = MemoryState(mapper)
         self.webhooks = list(webhooks)
@@ -251,7 +251,7 @@ class Store:
     def resource_type(self, gr: GroupResource) -> ResourceType:
         t = self.mapper.lookup(gr)
         if t is None:
-            raise APIError(404, "NotFound", "the server could not find the requested resource")
+            raise StatusError(404, "NotFound", "the server could not find the requested resource")
         return t
 
     # --- watch ------------------------------------------------------------------------------------
@@ -326,12 +326,12 @@ class Store:
         obj: dict[str, Any] = copy.deepcopy(dict(manifest))
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
         if not isinstance(api_version, str) or not isinstance(kind, str):
-            raise APIError(400, "BadRequest", "Object 'Kind' is missing")
+            raise StatusError(400, "BadRequest", "Object 'Kind' is missing")
         gr = self.gr_for(obj)
         t = self.mapper.lookup(gr)
         if t is None:
             if not allow_unknown_kinds:
-                raise APIError(404, "NotFound", f'no matches for kind "{kind}" in version "{api_version}"')
+                raise StatusError(404, "NotFound", f'no matches for kind "{kind}" in version "{api_version}"')
             group = api_version.rpartition("/")[0]
             version = api_version.rpartition("/")[2]
             namespaced = bool((obj.get("metadata") or {}).get("namespace"))
@@ -340,7 +340,7 @@ class Store:
         md = obj.setdefault("metadata", {})
         name = md.get("name")
         if not isinstance(name, str) or not name:
-            raise APIError(422, "Invalid", f"{kind}: metadata.name: Required value")
+            raise StatusError(422, "Invalid", f"{kind}: metadata.name: Required value")
         namespace = md.get("namespace", "") if t.namespaced else ""
         if t.namespaced:
             if not namespace:
@@ -349,21 +349,21 @@ class Store:
             if ns is None:
                 raise not_found(NAMESPACES, namespace)
             if ns["metadata"].get("deletionTimestamp"):
-                raise APIError(403, "Forbidden", f'{kind.lower()} "{name}" is forbidden: unable to create new '
-                               f"content in namespace {namespace} because it is being terminated")
+                raise StatusError(403, "Forbidden", f'{kind.lower()} "{name}" is forbidden: unable to create new '
+                                  f"content in namespace {namespace} because it is being terminated")
         else:
             md.pop("namespace", None)
         if (gr, namespace, name) in self._objects:
-            raise APIError(409, "AlreadyExists", f'{gr} "{name}" already exists',
-                           details={"name": name, "group": gr.group, "kind": gr.resource})
+            raise StatusError(409, "AlreadyExists", f'{gr} "{name}" already exists',
+                              details={"name": name, "group": gr.group, "kind": gr.resource})
         crd = self._crd_for(gr)
         if crd is not None and crd["metadata"].get("deletionTimestamp"):
             # apiextensions-apiserver's forbidCreateAdmission (customresource_handler.go, v1.37.2): 403.
-            raise APIError(403, "Forbidden", f'{gr} "{name}" is forbidden: create not allowed while custom '
-                           "resource definition is terminating")
+            raise StatusError(403, "Forbidden", f'{gr} "{name}" is forbidden: create not allowed while custom '
+                              "resource definition is terminating")
         if gr == CRDS and resource_type_from_crd(obj) is None:
-            raise APIError(422, "Invalid", f'{gr} "{name}" is invalid: spec: group, names.plural and names.kind '
-                           "are required")
+            raise StatusError(422, "Invalid", f'{gr} "{name}" is invalid: spec: group, names.plural and names.kind '
+                              "are required")
         md.pop("deletionTimestamp", None)
         md["uid"] = next(self._uids)
         md["creationTimestamp"] = format_rfc3339(self.clock())
@@ -398,8 +398,8 @@ class Store:
             raise not_found(gr, key[2])
         rv = md.get("resourceVersion")
         if rv and rv != current["metadata"]["resourceVersion"]:
-            raise APIError(409, "Conflict", f'Operation cannot be fulfilled on {gr} "{key[2]}": the object has '
-                           "been modified; please apply your changes to the latest version and try again")
+            raise StatusError(409, "Conflict", f'Operation cannot be fulfilled on {gr} "{key[2]}": the object has '
+                              "been modified; please apply your changes to the latest version and try again")
         old_md = current["metadata"]
         for immutable in ("uid", "creationTimestamp", "deletionTimestamp", "namespace"):
             if immutable in old_md:
@@ -412,9 +412,9 @@ class Store:
             if added:
                 # NewInvalid names the group-qualified kind: `ConfigMap`, `Deployment.apps`.
                 kind = f"{current.get('kind')}.{gr.group}" if gr.group else str(current.get("kind"))
-                raise APIError(422, "Invalid", f'{kind} "{key[2]}" is invalid: metadata.finalizers: Forbidden: no new '
-                               f"finalizers can be added if the object is being deleted, found new finalizers "
-                               f"{_go_strings(sorted(added))}")
+                raise StatusError(422, "Invalid", f'{kind} "{key[2]}" is invalid: metadata.finalizers: Forbidden: '
+                                  "no new finalizers can be added if the object is being deleted, found new "
+                                  f"finalizers {_go_strings(sorted(added))}")
         if obj.get("spec") != current.get("spec"):
             md["generation"] = int(old_md.get("generation", 1)) + 1
         self._admit("UPDATE", gr, obj, current, name=key[2], namespace=key[1], user=user, dry_run=dry_run)
@@ -472,8 +472,8 @@ class Store:
             raise not_found(gr, ref.name)
         md = current["metadata"]
         if uid is not None and md.get("uid") != uid:
-            raise APIError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, UID in object "
-                           f"meta: {md.get('uid')}")
+            raise StatusError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, UID in object "
+                              f"meta: {md.get('uid')}")
         if gr == NAMESPACES and md.get("deletionTimestamp"):
             return DeleteResult("unchanged", copy.deepcopy(current))  # no admission on a Terminating ns [N1]
         if admission:
@@ -520,7 +520,7 @@ class Store:
                 continue
             try:
                 results.append(self.delete(ref, user=user, admission=admission, dry_run=dry_run, _collection=True))
-            except APIError as exc:
+            except StatusError as exc:
                 if exc.code == 404:
                     continue
                 raise
@@ -546,8 +546,8 @@ class Store:
             except Exception as exc:  # any failed call is subject to failurePolicy [D1][D2]
                 if webhook.failure_policy == "Ignore":
                     continue
-                raise APIError(500, "InternalError", f'Internal error occurred: failed calling webhook '
-                               f'"{webhook.name}": {exc}') from exc
+                raise StatusError(500, "InternalError", f'Internal error occurred: failed calling webhook '
+                                  f'"{webhook.name}": {exc}') from exc
             warnings = response.get("warnings")
             if isinstance(warnings, list):
                 self.admission_warnings.extend(str(w) for w in warnings)
@@ -558,7 +558,7 @@ class Store:
                 message = status.get("message") or status.get("reason")
                 text = (f'admission webhook "{webhook.name}" denied the request: {message}' if message
                         else f'admission webhook "{webhook.name}" denied the request without explanation')
-                raise APIError(code, str(status.get("reason") or "BadRequest"), text)
+                raise StatusError(code, str(status.get("reason") or "BadRequest"), text)
 
     def admission_review(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
                          old: Mapping[str, Any] | None, *, name: str, namespace: str, user: str,

@@ -44,7 +44,7 @@ import httpx
 from ..api import NAMESPACES, GroupResource
 from ..errors import CriticalsvcError, InvalidInput, InvalidSpec
 from ..labels import LabelSelector, parse_label_selector
-from .store import EXEMPT, Store, Webhook, WebhookRule, selects
+from .store import EXEMPT, RegisteredWebhook, Store, WebhookRule, selects
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
@@ -166,8 +166,8 @@ class RuleSpec:
 
 
 @attrs.define
-class ConfiguredWebhook(Webhook):
-    """A Webhook that matches the way a ValidatingWebhookConfiguration entry does."""
+class ConfiguredWebhook(RegisteredWebhook):
+    """A RegisteredWebhook that matches the way a ValidatingWebhookConfiguration entry does."""
 
     rule_specs: tuple[RuleSpec, ...] = ()
     namespace_selector: LabelSelector = attrs.field(factory=LabelSelector)
