@@ -43,7 +43,7 @@ from typing import Any, Literal
 import attrs
 
 from .api import CRITICAL_SERVICES, NAMESPACES, VERSION, CriticalService, GroupResource, ObjectRef
-from .cache.discovery import discover_group, group_version_path
+from .cache.discovery import discover_group
 from .cache.transport import (
     ACCEPT_METADATA,
     ACCEPT_METADATA_LIST,
@@ -340,7 +340,7 @@ class LiveReader:
         async def read(t: ResourceType) -> KubeObject | None:
             if t.namespaced != bool(namespace):
                 return None  # a namespaced object named without namespace (or the reverse) cannot exist
-            obj = await self.transport.get(f"{_collection(t, namespace)}/{name}", timeout=self._left(deadline),
+            obj = await self.transport.get(t.path(namespace=namespace, name=name), timeout=self._left(deadline),
                                            accept=ACCEPT_METADATA)
             return project(obj, t.group_resource)
 
@@ -350,7 +350,7 @@ class LiveReader:
     async def _list(self, gr: GroupResource, namespace: str | None, selector: str, memo: Mapping[Question, Any],
                     deadline: float) -> list[KubeObject]:
         async def read(t: ResourceType) -> list[KubeObject]:
-            items = await self._list_items(_collection(t, namespace if t.namespaced else None), selector, deadline,
+            items = await self._list_items(t.path(namespace=namespace), selector, deadline,
                                            accept=ACCEPT_METADATA_LIST)
             return [project(i, t.group_resource) for i in items]
 
@@ -361,7 +361,7 @@ class LiveReader:
         from .api import parse_critical_service
 
         async def read(t: ResourceType) -> list[CriticalService]:
-            items = await self._list_items(_collection(t, None), "", deadline, accept="application/json")
+            items = await self._list_items(t.path(), "", deadline, accept="application/json")
             out: list[CriticalService] = []
             for item in items:
                 try:
@@ -401,13 +401,6 @@ class LiveReader:
             if not token:
                 return items
             params = [*base, ("continue", str(token))]
-
-
-def _collection(t: ResourceType, namespace: str | None) -> str:
-    base = group_version_path(t.group, t.version)
-    if namespace and t.namespaced:
-        return f"{base}/namespaces/{namespace}/{t.plural}"
-    return f"{base}/{t.plural}"
 
 
 __all__ = ["CONFIRM_TIMEOUT", "MAX_ROUNDS", "Confirmation", "LiveReadFailed", "LiveReadTimeout", "LiveReader",

@@ -19,6 +19,11 @@ import attrs
 from .api import GroupResource
 
 
+def group_version_path(group: str, version: str) -> str:
+    """The REST path of a group version: /api/v1 for the core group, /apis/<group>/<version> otherwise."""
+    return f"/api/{version}" if not group else f"/apis/{group}/{version}"
+
+
 @attrs.frozen
 class ResourceType:
     """One served resource type, as discovery would describe it."""
@@ -38,6 +43,16 @@ class ResourceType:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, *, namespace: str | None = None, name: str = "") -> str:
+        """The REST path of this type's collection, across all namespaces or within `namespace` (ignored
+        for a cluster-scoped type), or of the object `name` in it: /apis/apps/v1/namespaces/app/deployments,
+        /api/v1/namespaces/app (the Namespace "app")."""
+        path = group_version_path(self.group, self.version)
+        if namespace and self.namespaced:
+            path += f"/namespaces/{namespace}"
+        path += f"/{self.plural}"
+        return f"{path}/{name}" if name else path
 
 
 def _t(group: str, version: str, kind: str, plural: str, namespaced: bool, *short: str) -> ResourceType:

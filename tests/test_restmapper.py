@@ -121,6 +121,20 @@ def test_known_kinds_map_to_their_registered_resource():
     assert mapper.resource_for_kind("apiextensions.k8s.io/v1", "CustomResourceDefinition") == CRDS
 
 
+@pytest.mark.parametrize(
+    ("gr", "namespace", "name", "path"),
+    [(GroupResource("apps", "deployments"), None, "", "/apis/apps/v1/deployments"),
+     (GroupResource("apps", "deployments"), "app", "", "/apis/apps/v1/namespaces/app/deployments"),
+     (GroupResource("apps", "deployments"), "app", "web", "/apis/apps/v1/namespaces/app/deployments/web"),
+     (GroupResource("", "namespaces"), "app", "app", "/api/v1/namespaces/app"),
+     (CRDS, "app", "", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")],
+)
+def test_rest_paths_are_the_api_servers(gr, namespace, name, path):
+    """A type's REST path is the API server's: core under /api, a namespace only for namespaced types."""
+    t = RESTMapper().lookup(gr)
+    assert t is not None and t.path(namespace=namespace, name=name) == path
+
+
 def test_criterion_on_an_unserved_type_is_met_without_crashing():
     """A criterion naming a type nobody serves holds: no instance of it can exist."""
     state = build_state(load_path(STORY))

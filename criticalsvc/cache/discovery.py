@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 
 from ..api import GroupResource
-from ..restmapper import ResourceType, RESTMapper
+from ..restmapper import ResourceType, RESTMapper, group_version_path
 from .transport import APIError, APIStatusError, Transport
 
 # Discovery documents are small (the largest, /api/v1, is ~20 KiB); 10 s is generous and still well
@@ -51,10 +51,6 @@ class DiscoveryResult:
     types: tuple[ResourceType, ...]
     # Groups whose resource lists could not be read: their types are unknown, not absent.
     failed_groups: frozenset[str] = frozenset()
-
-
-def group_version_path(group: str, version: str) -> str:
-    return f"/api/{version}" if not group else f"/apis/{group}/{version}"
 
 
 def parse_resource_list(doc: Mapping[str, Any], group: str, version: str) -> list[ResourceType]:
@@ -227,7 +223,6 @@ __all__ = [
     "DiscoveryResult",
     "discover",
     "discover_group",
-    "group_version_path",
     "parse_resource_list",
     "sync_mapper",
 ]

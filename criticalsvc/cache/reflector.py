@@ -45,7 +45,6 @@ import structlog
 from ..api import GroupResource
 from ..backoff import Backoff
 from ..restmapper import ResourceType
-from .discovery import group_version_path
 from .transport import (
     ACCEPT_METADATA,
     ACCEPT_METADATA_LIST,
@@ -89,11 +88,6 @@ DEFAULT_BACKOFF = Backoff()
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def collection_path(t: ResourceType) -> str:
-    """The cluster-wide collection of a type: /api/v1/namespaces, /apis/apps/v1/deployments."""
-    return f"{group_version_path(t.group, t.version)}/{t.plural}"
 
 
 class _Gone(Exception):
@@ -155,7 +149,7 @@ class Reflector:
 
     # --- the loop -----------------------------------------------------------------------------------
     async def run(self) -> None:
-        path = collection_path(self.resource)
+        path = self.resource.path()
         while True:
             try:
                 if self.resource_version is None:
@@ -286,5 +280,4 @@ __all__ = [
     "WATCH_SECONDS",
     "Reflector",
     "Sink",
-    "collection_path",
 ]

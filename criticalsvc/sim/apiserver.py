@@ -97,7 +97,7 @@ from starlette.routing import Route
 
 from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef
 from ..labels import LabelSelector, Requirement
-from ..restmapper import WELL_KNOWN, ResourceType
+from ..restmapper import WELL_KNOWN, ResourceType, group_version_path
 from ..timestamps import format_rfc3339
 from . import protobuf, tables
 from . import schema as crd_schema
@@ -791,17 +791,16 @@ class StandIn:
             schema = self._schema(t)
             if schema is None:
                 continue
-            path = f"apis/{t.group}/{t.version}" if t.group else "api/v1"
+            path = group_version_path(t.group, t.version).removeprefix("/")  # served as /openapi/v3/<path>
             doc = documents.setdefault(path, {"openapi": "3.0.0", "info": {"title": "Kubernetes",
                                                                               "version": "v1.32.0"},
                                               "paths": {}, "components": {"schemas": {}}})
             gvk = {"group": t.group, "version": t.version, "kind": t.kind}
             name = ".".join([*reversed(t.group.split(".")), t.version, t.kind])
             doc["components"]["schemas"][name] = {**schema, "x-kubernetes-group-version-kind": [gvk]}
-            scope = "namespaces/{namespace}/" if t.namespaced else ""
             # Declaring fieldValidation makes kubectl leave validation to the server (it sends
             # fieldValidation=Strict), rather than validate against this partial document.
-            doc["paths"][f"/{path}/{scope}{t.plural}/{{name}}"] = {"patch": {
+            doc["paths"][t.path(namespace="{namespace}", name="{name}")] = {"patch": {
                 "operationId": f"patch{t.kind}", "x-kubernetes-group-version-kind": gvk,
                 "x-kubernetes-action": "patch",
                 "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
