@@ -384,7 +384,7 @@ async def test_a_criterion_type_that_appears_later_is_watched_and_blocks(tmp_pat
             assert allowed.allowed and allowed.rule == Rule.CRITERIA_MET  # nothing of an unserved type exists
             (crd,) = story_objects("CustomResourceDefinition")
             await env.write(lambda: env.store.create(crd))
-            await eventually(lambda: COOL in cache.watched() and cache.ready, what="coolresources watched")
+            await eventually(lambda: COOL in cache.watched() and not cache.unsynced(), what="coolresources synced")
             await env.write(lambda: env.store.create(cool("alpha")))
             await eventually(lambda: cache.with_finalizer(COOL, FINALIZER), what="alpha in the cache")
             denied = decide(delete_request(PROVIDER, None), cache)
@@ -392,15 +392,60 @@ async def test_a_criterion_type_that_appears_later_is_watched_and_blocks(tmp_pat
             assert f"coolresources.my.crd.group cool-apps/alpha still carries finalizer {FINALIZER}" in denied.message
 
 
+async def test_a_newly_named_type_syncing_refuses_only_what_needs_it(tmp_path: Path) -> None:
+    """Once synced, the gate stays ready while the cache of a type a CriticalService names only now is still
+    syncing (here: cannot be listed): only decisions that need the type are refused. (Readiness used to
+    drop, so every replica answered 503 to every review at once.)"""
+    with running_standin(story_store(skip_kinds=("CustomResourceDefinition", "CoolResource"))) as env:
+        env.faults.add(r"^/apis/my\.crd\.group/v1/coolresources$", watch=False)
+        async with live_cache(env, tmp_path) as cache:
+            assert await cache.wait_ready(5)
+            (crd,) = story_objects("CustomResourceDefinition")
+            await env.write(lambda: env.store.create(crd))
+            await eventually(lambda: COOL in cache.watched(), what="coolresources watched")
+            assert cache.unsynced() == ["coolresources.my.crd.group"]
+            assert cache.ready
+            denied = decide(delete_request(PROVIDER, None), cache)
+            assert not denied.allowed and denied.rule == Rule.UNVERIFIABLE
+            assert "coolresources.my.crd.group cache has not synced" in denied.message
+            unrelated = decide(delete_request(ObjectRef(NAMESPACES, "", "cool-apps"), None), cache)
+            assert unrelated.allowed, unrelated.message
+            env.faults.clear()
+            await eventually(lambda: not cache.unsynced(), what="coolresources synced")
+            blocked = decide(delete_request(PROVIDER, None), cache)  # now for what it is: the CRD exists
+            assert blocked.rule == Rule.BLOCKED and "coolresources.my.crd.group still exists" in blocked.message
+
+
 async def test_a_resource_no_critical_service_names_is_no_longer_watched(env: RunningStandIn, tmp_path: Path) -> None:
-    """Deleting the only CriticalService stops the watches of its provider and criteria types."""
-    async with live_cache(env, tmp_path) as cache:
+    """Deleting the only CriticalService stops the watches of its provider and criteria types (once
+    unwatch_after has passed; 0 here)."""
+    async with live_cache(env, tmp_path, unwatch_after=0) as cache:
         assert await cache.wait_ready(5)
         await env.write(lambda: env.store.delete(ObjectRef(CRITICAL_SERVICES, "", "for-finalizer-deployment")))
         await eventually(lambda: set(cache.watched()) == {CRITICAL_SERVICES, NAMESPACES, CRDS}, what="unwatched")
         assert "coolresources.my.crd.group" not in cache.counts()
         assert cache.critical_services() == [] and cache.ready
         assert decide(delete_request(PROVIDER, None), cache).rule == Rule.UNPROTECTED
+
+
+async def test_a_cache_outlives_its_last_critical_service_for_a_while(env: RunningStandIn, tmp_path: Path) -> None:
+    """The next stack of a create/teardown cycle finds its types still watched: a CriticalService deleted
+    and created again is decided on the same, synced caches, with no new LIST and no refusal meanwhile."""
+    async with live_cache(env, tmp_path, unwatch_after=0.5) as cache:
+        assert await cache.wait_ready(5)
+        reflector = cache.reflector(COOL)
+        service = env.store.get(CRITICAL_SERVICES, "", "for-finalizer-deployment")
+        await env.write(lambda: env.store.delete(ObjectRef(CRITICAL_SERVICES, "", "for-finalizer-deployment")))
+        await eventually(lambda: cache.critical_services() == [], what="the CriticalService gone from the cache")
+        assert cache.reflector(COOL) is reflector and str(COOL) in cache.counts()  # still watched
+        fresh = {k: v for k, v in service.items() if k != "status"}
+        fresh["metadata"] = {"name": service["metadata"]["name"]}
+        await env.write(lambda: env.store.create(fresh))
+        await eventually(lambda: cache.critical_services() != [], what="the new CriticalService in the cache")
+        assert cache.reflector(COOL) is reflector and not cache.unsynced()
+        assert decide(delete_request(PROVIDER, None), cache).rule == Rule.BLOCKED
+        await env.write(lambda: env.store.delete(ObjectRef(CRITICAL_SERVICES, "", "for-finalizer-deployment")))
+        await eventually(lambda: COOL not in cache.watched(), what="unwatched after unwatch_after")
 
 
 @pytest.mark.parametrize("form", ["aggregated", "legacy"])
@@ -472,14 +517,17 @@ CRITERIA = {
 
 
 class CacheFollowsTheStore(RuleBasedStateMachine):
-    """Random writes, dropped watches, compactions and CRD churn; after each, the settled cache agrees."""
+    """Random writes, dropped watches, compactions and CRD churn; after each, the settled cache agrees.
+    Caches are dropped as soon as nothing names their type (the subclass below keeps them a while)."""
+
+    UNWATCH_AFTER = 0.0
 
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.store = story_store()
         self.transport = StoreTransport(self.store)
-        self.cache = CacheState(self.transport, backoff=FAST, rng=random.Random(0))
+        self.cache = CacheState(self.transport, backoff=FAST, rng=random.Random(0), unwatch_after=self.UNWATCH_AFTER)
         self.loop.run_until_complete(self.cache.start())
         self.settle()
 
@@ -596,7 +644,11 @@ class CacheFollowsTheStore(RuleBasedStateMachine):
             return  # a cache cut off from its API server is behind by design; the live read covers it
         named = {self.store.mapper.resolve(gr) for cs in self.store.state.critical_services()
                  for gr in [cs.provider.group_resource, *map(named_resource, cs.criteria)]}
-        assert set(self.cache.watched()) == {CRITICAL_SERVICES, NAMESPACES, CRDS} | (named - {None})
+        needed = {CRITICAL_SERVICES, NAMESPACES, CRDS} | (named - {None})
+        if self.UNWATCH_AFTER:  # lingering caches of types named before (and still served) may remain
+            assert needed <= set(self.cache.watched())
+        else:
+            assert set(self.cache.watched()) == needed
         for request in [*every_delete(self.store), delete_request(PROVIDER, None)]:
             assert decide(request, self.cache) == decide(request, self.store.state), request
         served = self.store.mapper.lookup(COOL) is not None
@@ -611,3 +663,14 @@ CacheFollowsTheStore.TestCase.settings = settings(
     max_examples=max(25, settings.default.max_examples // 4), stateful_step_count=12, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 test_cache_follows_the_store = CacheFollowsTheStore.TestCase
+
+
+class LingeringCacheFollowsTheStore(CacheFollowsTheStore):
+    """The same, with the shipped unwatch_after: a cache kept after its last CriticalService went (and
+    still following its watch) must decide exactly as a fresh one would."""
+
+    UNWATCH_AFTER = 300.0
+
+
+LingeringCacheFollowsTheStore.TestCase.settings = CacheFollowsTheStore.TestCase.settings
+test_lingering_cache_follows_the_store = LingeringCacheFollowsTheStore.TestCase

@@ -139,7 +139,7 @@ async def test_no_wrong_allow_during_faults_and_recovery_after(env: RunningStand
             assert any(a is not None and a["auditAnnotations"]["rule"] == "unverifiable" for a in answers), answers
 
         env.faults.clear()
-        await eventually(lambda: cache.ready and not decide(parse_review(REVIEW), cache).allowed,
+        await eventually(lambda: not cache.unsynced() and not decide(parse_review(REVIEW), cache).allowed,
                          timeout=10, what="the cache caught up with the API server")
         after = await answer(http, REVIEW)
         assert after is not None and after["allowed"] is False

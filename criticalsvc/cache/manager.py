@@ -24,13 +24,15 @@ no CriticalService names) and the cycle check of a CriticalService being created
 type may not be watched yet: the check then sees that provider without labels, so a self-loop made
 only by a label selector matching the provider's own labels is caught at the next update instead.
 
-`ready` is true when discovery has completed and every needed reflector has synced: it goes false
-again while a newly named resource syncs (usually milliseconds). One exception: a resource the
-gate's RBAC does not let it list (403) does not hold readiness back. That is a configuration gap,
-not a passing state, and on a real cluster it made every gated DELETE of the whole cluster fail
-with "failed calling webhook" because one CriticalService named a type nobody had granted. Only the
-decisions that need that resource are refused, with a message naming the missing grant. The object shape fits the server's
-StateSource (`ready`, `state`, `unsynced()`, `counts()`) and the status writer's; `watch_restarts`
+`ready` is true once discovery has completed and every needed reflector has synced; after that it
+stays true while discovery and the always-watched caches answer. A newly named resource that is still
+syncing (usually milliseconds; for long when it cannot be listed) refuses only the decisions that need
+it, as a resource the gate's RBAC does not let it list (403) does: both are a gap in one answer, not in
+the gate. Dropping readiness for them made every replica answer 503 at once, and every gated request of
+the whole cluster failed with "failed calling webhook" (seen on a real control plane, both for a type
+nobody had granted and for a new CriticalService's types). The refused decisions carry a message naming
+the resource (and the missing grant). The object shape fits the server's StateSource (`ready`, `state`,
+`unsynced()`, `counts()`) and the status writer's; `watch_restarts`
 and `on_watch_restart` feed criticalsvc_watch_restarts_total.
 
 Concurrency. Everything runs in one asyncio event loop: reflectors apply events synchronously
@@ -67,6 +69,12 @@ from .transport import APIError, Transport
 log = structlog.get_logger("criticalsvc.cache")
 
 ALWAYS_WATCHED = (CRITICAL_SERVICES, NAMESPACES, CRDS)
+# How long a cache stays after the last CriticalService naming its type went. Stacks are created and
+# torn down again and again (a CI namespace per run, GitOps previews): dropping the watch at once and
+# starting it again with the next stack made every such CriticalService's first decisions - its own
+# CREATE's cycle check among them - wait for a fresh LIST, and refused them meanwhile (measured on a
+# real control plane: 382 watch restarts of deployments.apps in a 2-minute create/teardown soak).
+UNWATCH_AFTER = 300.0
 # The label of deploy/base/rbac.yaml's aggregated reader role: what an operator adds to let the gate
 # read a type a criterion names.
 READER_AGGREGATION_LABEL = "criticalsvc.io/aggregate-to-reader"
@@ -122,8 +130,10 @@ class CacheState:
     def __init__(self, transport: Transport, *, backoff: Backoff = DEFAULT_BACKOFF,
                  discovery_interval: float = DISCOVERY_INTERVAL, discovery_timeout: float = DISCOVERY_TIMEOUT,
                  watch_seconds: tuple[int, int] = WATCH_SECONDS, metadata_only: bool = True,
-                 on_watch_restart: Callable[[str], None] | None = None, rng: random.Random | None = None) -> None:
+                 on_watch_restart: Callable[[str], None] | None = None, rng: random.Random | None = None,
+                 unwatch_after: float = UNWATCH_AFTER) -> None:
         self.transport = transport
+        self.unwatch_after = unwatch_after
         self.backoff = backoff
         self.discovery_interval = discovery_interval
         self.discovery_timeout = discovery_timeout
@@ -133,6 +143,10 @@ class CacheState:
         self.rng = rng or random.Random()
         self.memory = MemoryState(RESTMapper(()))
         self._reflectors: dict[GroupResource, Reflector] = {}
+        # Watched types no CriticalService names any more, since when (monotonic); dropped after unwatch_after.
+        self._unneeded_since: dict[GroupResource, float] = {}
+        # Set the first time every cache has synced; see `ready`.
+        self._was_ready = False
         self._discovered: DiscoveryResult | None = None
         self._crd_types: dict[str, ResourceType] = {}
         self._restarts: Counter[str] = Counter()
@@ -181,10 +195,24 @@ class CacheState:
 
     @property
     def ready(self) -> bool:
+        """True once discovery and every cache have synced; after that, while discovery and the caches of
+        ALWAYS_WATCHED stay answerable.
+
+        A type that a new CriticalService names starts a cache of its own, which syncs for a moment (or
+        for long, when it cannot be listed): meanwhile only the decisions that need it are refused
+        (`_require`: StateUnavailable -> a DENY naming it). Were readiness to drop instead, every replica
+        would see the same new CriticalService at once and answer 503 to every review, so the API server
+        would fail unrelated DELETEs and CREATEs cluster-wide ("failed calling webhook": measured on a
+        real control plane, 27 such failures in a 2-minute create/teardown soak).
+        """
         if self._discovered is None or self._discovery_task is None:
             return False
-        return all(r.synced.is_set() or (r.forbidden and gr not in ALWAYS_WATCHED)
-                   for gr, r in self._reflectors.items())
+        considered = ALWAYS_WATCHED if self._was_ready else tuple(self._reflectors)
+        ready = all((r := self._reflectors.get(gr)) is not None and
+                    (r.synced.is_set() or (r.forbidden and gr not in ALWAYS_WATCHED)) for gr in considered)
+        if ready and not self._was_ready:
+            self._was_ready = True
+        return ready
 
     def forbidden(self) -> list[str]:
         """Resources some CriticalService names that the gate's RBAC does not let it list."""
@@ -293,9 +321,16 @@ class CacheState:
         if self._discovered is None or self._discovery_task is None:
             return
         needed = self._needed()
+        now = time.monotonic()
         for gr, reflector in list(self._reflectors.items()):
-            if gr not in needed or _watch_key(needed[gr]) != _watch_key(reflector.resource):
+            if gr in needed and _watch_key(needed[gr]) == _watch_key(reflector.resource):
+                self._unneeded_since.pop(gr, None)
+            elif gr in needed or self.mapper.lookup(gr) is None:
+                self._drop(gr)  # another version or scope is wanted, or the type is no longer served
+            elif now - self._unneeded_since.setdefault(gr, now) >= self.unwatch_after:
                 self._drop(gr)
+            elif self._unneeded_since[gr] == now:  # newly unneeded: look again when its time is up
+                asyncio.get_running_loop().call_later(self.unwatch_after, self._reconcile)
         for gr, t in needed.items():
             if gr not in self._reflectors:
                 self._watch(t)
@@ -315,6 +350,7 @@ class CacheState:
 
     def _drop(self, gr: GroupResource) -> None:
         reflector = self._reflectors.pop(gr)
+        self._unneeded_since.pop(gr, None)
         log.info("no longer watching", resource=str(gr))
         task = asyncio.get_running_loop().create_task(reflector.stop())
         self._stopping.add(task)
