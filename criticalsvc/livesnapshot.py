@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from .errors import StateUnavailable
+from .restmapper import ResourceType
 from .state import MemoryState
 
 
@@ -31,6 +33,27 @@ def snapshot_cluster(*, kubeconfig: str | None = None, context: str | None = Non
                 # The answer is already read; a watch that is slow to close must not hold the command.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(cache.stop(), 2.0)
+        finally:
+            await api.close()
+
+    return asyncio.run(read())
+
+
+def read_object(t: ResourceType, *, namespace: str, name: str, kubeconfig: str | None = None,
+                context: str | None = None, timeout: float = 10.0) -> dict[str, Any] | None:
+    """One object as the API server would send it as oldObject (None when it does not exist): for a
+    type no CriticalService names, which the caches above do not hold - its labels still decide
+    (deletion-protected), and answering for an unlabelled object would be wrong."""
+    from .cache import APIStatusError, KubeTransport, connect
+
+    async def read() -> dict[str, Any] | None:
+        api = await connect(kubeconfig=kubeconfig, context=context)
+        try:
+            return await KubeTransport(api).get(t.path(namespace=namespace, name=name), timeout=timeout)
+        except APIStatusError as exc:
+            if exc.not_found:
+                return None
+            raise
         finally:
             await api.close()
 

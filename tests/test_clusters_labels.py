@@ -236,3 +236,25 @@ def test_a_labelled_custom_resource_is_refused_until_the_label_is_removed(cluste
             _assert_deleted(cluster, kind, "probe", namespace, f"{widgets}/probe")
             ok(cluster.kubectl("label", kind, "keep", "-n", namespace, f"{LABEL}-"))
             _assert_deleted(cluster, kind, "keep", namespace, keep)
+
+
+def test_explain_reads_the_label_of_a_type_no_critical_service_names(cluster: Backend, namespace: str) -> None:
+    """`criticalsvc explain configmap/keep` against the live cluster answers as the gate does: refused for
+    the label (a ConfigMap is not in the caches, so explain reads the object itself); allowed once the
+    label is gone."""
+    import subprocess
+    import sys
+
+    def explain() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "criticalsvc", "explain", "configmap/keep", "-n", namespace,
+                               "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    with made(cluster) as objects:
+        objects.create(f"/api/v1/namespaces/{namespace}/configmaps", _configmap("keep", "Always"))
+        refused = explain()
+        assert refused.returncode == 1, (refused.stdout, refused.stderr)
+        assert f"configmaps {namespace}/keep is labelled {LABEL}=Always" in refused.stdout, refused.stdout
+        ok(cluster.kubectl("label", "configmap", "keep", "-n", namespace, f"{LABEL}-"))
+        allowed = explain()
+        assert allowed.returncode == 0, (allowed.stdout, allowed.stderr)

@@ -40,7 +40,13 @@ def run(args: argparse.Namespace) -> int:
     if namespaced and not namespace:
         namespace = default_namespace(args)  # as kubectl: the context's namespace, else "default"
     target = ObjectRef(gr, namespace if namespaced and gr != NAMESPACES else "", name)
-    result = explain(target, state)
+    obj = None
+    if not args.state and t is not None and state.get(target) is None:
+        # A type no CriticalService names is not in the snapshot, but its labels still count.
+        from ..livesnapshot import read_object
+
+        obj = read_object(t, namespace=target.namespace, name=name, kubeconfig=args.kubeconfig, context=args.context)
+    result = explain(target, state, obj=obj)
     if args.output == "json":
         json.dump(result.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
