@@ -17,8 +17,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -91,7 +93,8 @@ class Backend(Protocol):
     kubeconfig: Path
     admin: Client
 
-    def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]: ...
+    def kubectl(self, *args: str, input: str | None = None,
+                timeout: float = 60) -> subprocess.CompletedProcess[str]: ...
 
     def finalizer_controller(self, story: Story) -> contextlib.AbstractContextManager[Any]: ...
 
@@ -188,3 +191,31 @@ def protect_with_user(admin: Client, prefix: str) -> tuple[str, str, str, str]:
                      "group": "apps", "resource": "deployments", "namespace": ns, "name": "user"}}]}})
     assert created.status_code == 201, created.text
     return ns, f"{deployments}/provider", f"{deployments}/user", service
+
+
+class DeleteStream(threading.Thread):
+    """Creates and deletes unprotected Deployments in a loop, counting the DELETE answers by status;
+    anything but 200 is a failure (the load of the HA and certificate-rotation tests)."""
+
+    def __init__(self, client: Any, namespace: str) -> None:
+        super().__init__(daemon=True, name="delete-stream")
+        self.client, self.namespace = client, namespace
+        self.statuses: Counter[int] = Counter()
+        self.failures: list[str] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        base = f"/apis/apps/v1/namespaces/{self.namespace}/deployments"
+        i = 0
+        while not self.stopping.is_set():
+            name = f"d{i}"
+            self.client.create(base, deployment_manifest(name, self.namespace, replicas=0))
+            response = self.client.delete(f"{base}/{name}")
+            self.statuses[response.status_code] += 1
+            if response.status_code != 200:
+                self.failures.append(f"{response.status_code} {response.text[:300]}")
+            i += 1
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)

@@ -50,7 +50,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from tests.backends import deployment_manifest, protect_with_user, unique
+from tests.backends import DeleteStream, deployment_manifest, protect_with_user, unique
 from tests.realcluster.client import Client
 from tests.realcluster.cluster import RealCluster, built_binaries
 from tests.realcluster.controlplane import ControlPlane, free_port, write_kubeconfig
@@ -705,34 +705,6 @@ def test_etcd_frozen_holds_a_delete_before_the_gate_is_asked(faults: Faults) -> 
 
 
 # --- 4. serving certificate rotated under load ---------------------------------------------------------------
-
-class DeleteStream(threading.Thread):
-    """Creates and deletes unprotected Deployments in a loop (as tests/test_realcluster_ha.py's), counting
-    the DELETE answers by status; anything but 200 is a failure."""
-
-    def __init__(self, client: Resilient, namespace: str) -> None:
-        super().__init__(daemon=True, name="delete-stream")
-        self.client, self.namespace = client, namespace
-        self.statuses: Counter[int] = Counter()
-        self.failures: list[str] = []
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        base = f"/apis/apps/v1/namespaces/{self.namespace}/deployments"
-        i = 0
-        while not self.stopping.is_set():
-            name = f"d{i}"
-            self.client.create(base, deployment_manifest(name, self.namespace, replicas=0))
-            response = self.client.delete(f"{base}/{name}")
-            self.statuses[response.status_code] += 1
-            if response.status_code != 200:
-                self.failures.append(f"{response.status_code} {response.text[:300]}")
-            i += 1
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(30)
-
 
 def _served_certificate(port: int, ca: Path) -> x509.Certificate:
     """The certificate the gate presents on a new handshake, verified as the API server verifies it

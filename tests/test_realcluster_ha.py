@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.backends import DeleteStream
 from tests.realcluster.cluster import RealCluster, built_binaries, real_cluster
 from tests.realcluster.teardown import FinalizerController, Observer, RetryingDeleter, Story, apply_story, wait_for
 
@@ -33,38 +34,6 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
 def _holder(cluster: RealCluster) -> str:
     lease = cluster.admin.get(LEASE)
     return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
-
-
-class DeleteStream(threading.Thread):
-    """Creates and deletes unprotected Deployments in a loop; counts answers by HTTP status."""
-
-    def __init__(self, cluster: RealCluster, namespace: str) -> None:
-        super().__init__(daemon=True)
-        self.client, self.namespace = cluster.admin, namespace
-        self.statuses: dict[int, int] = {}
-        self.failures: list[str] = []
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        base = f"/apis/apps/v1/namespaces/{self.namespace}/deployments"
-        i = 0
-        while not self.stopping.is_set():
-            name = f"d{i}"
-            labels = {"app": name}
-            body: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-                                    "spec": {"replicas": 0, "selector": {"matchLabels": labels},
-                                             "template": {"metadata": {"labels": labels},
-                                                          "spec": {"containers": [{"name": "c", "image": "x"}]}}}}
-            self.client.create(base, body)
-            response = self.client.delete(f"{base}/{name}")
-            self.statuses[response.status_code] = self.statuses.get(response.status_code, 0) + 1
-            if response.status_code != 200:
-                self.failures.append(response.text[:300])
-            i += 1
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(30)
 
 
 def _teardown_during(cluster: RealCluster, story: Story, fault: Any) -> tuple[RetryingDeleter, Observer]:
@@ -89,7 +58,8 @@ def _teardown_during(cluster: RealCluster, story: Story, fault: Any) -> tuple[Re
 
 
 def test_leader_killed_mid_teardown_no_wrong_allow_and_a_new_leader_takes_over(ha: RealCluster) -> None:
-    """kill -9 of the status-writing leader: the teardown completes in the safe order; the other replica leads within the lease."""
+    """kill -9 of the status-writing leader: the teardown completes in the safe order; the other replica
+    leads within the lease."""
     wait_for(lambda: _holder(ha) != "", timeout=30, what="a leader")
     leader = _holder(ha)
     victim = next(g for g in ha.gate.replicas if g.process.name == leader)
@@ -115,7 +85,7 @@ def test_rolling_restart_fails_no_admission_call(ha: RealCluster) -> None:
     """SIGTERM one replica at a time, the next only once the restarted one is ready: no DELETE fails."""
     wait_for(lambda: all(g.ready() for g in ha.gate.replicas), timeout=60, what="both replicas ready")
     assert ha.kubectl("create", "namespace", "rolling").returncode == 0
-    stream = DeleteStream(ha, "rolling")
+    stream = DeleteStream(ha.admin, "rolling")
     stream.start()
     try:
         time.sleep(1)
