@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -110,21 +108,10 @@ def write_kubeconfig(path: Path, server: str) -> Path:
     """A kubeconfig for `server` at `path` (mode 0600), never half-written: a file beside it, renamed over.
 
     A reader polling for the file (`until [ -s PATH ]`) sees either nothing or the whole file."""
+    from .atomicfile import write_atomically
     from .sim.kubeconfig import kubeconfig
 
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(kubeconfig(server), sort_keys=False)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")  # mode 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return target
+    return write_atomically(path, yaml.safe_dump(kubeconfig(server), sort_keys=False).encode())
 
 
 @contextlib.asynccontextmanager

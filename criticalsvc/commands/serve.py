@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..atomicfile import write_atomically
 from ..errors import InvalidInput
 
 if TYPE_CHECKING:  # the server stack (starlette, hypercorn, prometheus) loads only when `serve` runs
@@ -259,7 +260,7 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             ports["embedded"] = int(cluster.url.rsplit(":", 1)[1])
         _freeze_startup_heap()
         if args.port_file:
-            _write_atomically(args.port_file, orjson.dumps(ports))
+            write_atomically(args.port_file, orjson.dumps(ports))
         log.info("listening", webhook=f"{gate_url}/validate",
                  ops=f"http://{_address(service.ops_address)}" if service.ops_address else None,
                  client_ca=bool(args.client_ca), state=args.state or ("embedded" if cluster else "live"), **ports)
@@ -380,16 +381,3 @@ def _address(address: tuple[str, int] | None) -> str:
     assert address is not None
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    # A poller must never read a half-written file: write aside, then rename over.
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".ports-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
