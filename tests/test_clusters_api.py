@@ -380,3 +380,72 @@ def test_jsonpath_and_human_durations() -> None:
     assert [tables.human_duration(s) for s in (-5, 59, 119, 125, 600, 3 * 3600 + 60, 30 * 3600, 3 * 86400 + 7200,
                                                400 * 86400, 3 * 365 * 86400)] == [
         "<invalid>", "59s", "119s", "2m5s", "10m", "3h1m", "30h", "3d2h", "400d", "3y"]
+
+
+# --- 6. the official Python client, as the gate uses it ------------------------------------------------------
+def test_the_official_client_lists_watches_patches_and_sees_denials(cluster: Backend, namespace: str) -> None:
+    """The `kubernetes` client the gate is built on, against both clusters: a watch from a list's
+    resourceVersion sees a ConfigMap ADDED then DELETED (nothing else touches it); an Event is created and
+    its count merge-patched as the status writer does; a DELETE the gate refuses raises ApiException 403
+    whose body is the Status with the webhook's message."""
+    from kubernetes import client, config, watch
+    from kubernetes.client.rest import ApiException
+
+    from tests.backends import protect_with_user
+
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    try:
+        core = client.CoreV1Api(api)
+        rv = core.list_namespaced_config_map(namespace).metadata.resource_version
+        core.create_namespaced_config_map(namespace, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                      "metadata": {"name": "watched"}})
+        core.delete_namespaced_config_map("watched", namespace)
+        seen = []
+        stream = watch.Watch()
+        for event in stream.stream(core.list_namespaced_config_map, namespace, resource_version=rv,
+                                   timeout_seconds=10):
+            if event["object"].metadata.name == "watched":
+                seen.append(event["type"])
+            if event["type"] == "DELETED":
+                stream.stop()
+        assert seen == ["ADDED", "DELETED"]
+
+        # An Event about a cluster-scoped object (a CriticalService) must live in "default".
+        name = unique("web")
+
+        def event(ns: str) -> Any:
+            return client.CoreV1Event.from_dict({
+                "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": ns},
+                "involvedObject": {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService",
+                                   "name": "web"},
+                "reason": "DeletionBlocked", "message": "denied", "type": "Warning", "count": 1,
+                "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"})
+
+        with pytest.raises(ApiException) as misplaced:
+            core.create_namespaced_event(namespace, event(namespace))
+        assert misplaced.value.status == 422
+        assert json.loads(misplaced.value.body)["message"] == (
+            f'Event "{name}" is invalid: involvedObject.namespace: Invalid value: "": does not match event.namespace')
+        core.create_namespaced_event("default", event("default"))
+        patched = core.patch_namespaced_event(name, "default", {"count": 2},
+                                              _content_type="application/merge-patch+json")
+        assert (patched.count, patched.reason) == (2, "DeletionBlocked")
+        core.delete_namespaced_event(name, "default")
+
+        ns, provider, _, service = protect_with_user(cluster.admin, "client")
+        wait_for(lambda: cluster.admin.delete(provider, params={"dryRun": "All"}).status_code == 403,
+                 timeout=60, what="the gate to protect the provider")
+        apps = client.AppsV1Api(api)
+        with pytest.raises(ApiException) as denied:
+            apps.delete_namespaced_deployment("provider", ns)
+        assert denied.value.status == 403
+        assert json.loads(denied.value.body)["message"].startswith(
+            'admission webhook "workloads.gate.criticalsvc.io" denied the request: '
+            f"deployments.apps {ns}/provider may not be deleted yet")
+        apps.delete_namespaced_deployment("user", ns)
+        wait_for(lambda: cluster.admin.delete(provider).status_code in (200, 404), timeout=60, what="provider")
+        wait_for(lambda: cluster.admin.delete(f"/apis/criticalsvc.io/v1alpha1/criticalservices/{service}")
+                 .status_code in (200, 404), timeout=60, what="the CriticalService")
+        cluster.admin.delete(f"/api/v1/namespaces/{ns}")
+    finally:
+        api.close()

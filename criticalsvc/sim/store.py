@@ -364,6 +364,8 @@ class Store:
         if gr == CRDS and resource_type_from_crd(obj) is None:
             raise StatusError(422, "Invalid", f'{gr} "{name}" is invalid: spec: group, names.plural and names.kind '
                               "are required")
+        if gr == CORE_EVENTS:
+            _check_event_namespace(obj, name, namespace)
         md.pop("deletionTimestamp", None)
         md["uid"] = next(self._uids)
         md["creationTimestamp"] = format_rfc3339(self.clock())
@@ -586,3 +588,19 @@ def gate_hook(store: Store) -> AdmissionHook:
 def _go_strings(values: list[str]) -> str:
     """A []string as Go's %#v prints it, as the API server's finalizer error does: []string{"a", "b"}."""
     return "[]string{" + ", ".join(f'"{v}"' for v in values) + "}"
+
+
+CORE_EVENTS = GroupResource("", "events")
+
+
+def _check_event_namespace(event: Mapping[str, Any], name: str, namespace: str) -> None:
+    """A core/v1 Event without eventTime lives in its involved object's namespace, or - for a
+    cluster-scoped object - in "default" (legacyValidateEvent, pkg/apis/core/validation/events.go,
+    v1.37.2); the status writer relies on that for CriticalServices' Events."""
+    if event.get("eventTime"):
+        return
+    involved = event.get("involvedObject") if isinstance(event.get("involvedObject"), Mapping) else {}
+    involved_ns = str(involved.get("namespace") or "")
+    if (namespace not in ("", "default")) if not involved_ns else (namespace != involved_ns):
+        raise StatusError(422, "Invalid", f'Event "{name}" is invalid: involvedObject.namespace: Invalid value: '
+                          f'"{involved_ns}": does not match event.namespace')
