@@ -55,6 +55,7 @@ from tests.realcluster.client import Client
 from tests.realcluster.cluster import RealCluster, built_binaries
 from tests.realcluster.controlplane import ControlPlane, free_port, write_kubeconfig
 from tests.realcluster.gate import GateProcess, criticalsvc, install
+from tests.realcluster.loadbalancer import pipe
 from tests.realcluster.teardown import FinalizerController, Observer, RetryingDeleter, Story, apply_story, wait_for
 
 pytestmark = pytest.mark.realcluster
@@ -131,23 +132,11 @@ class PausableProxy:
             return
         self.connections += 1
         try:
-            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+            await asyncio.gather(pipe(reader, up_writer, flowing=self._flowing),
+                                 pipe(up_reader, writer, flowing=self._flowing))
         except asyncio.CancelledError:
             writer.close()
             up_writer.close()
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        assert self._flowing is not None
-        try:
-            while data := await reader.read(65536):
-                await self._flowing.wait()
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            with contextlib.suppress(Exception):
-                writer.close()
 
 
 # --- the module's cluster --------------------------------------------------------------------------------

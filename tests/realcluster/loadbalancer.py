@@ -94,15 +94,20 @@ class LoadBalancer:
             return
         self.connections += 1
         try:
-            await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
         except asyncio.CancelledError:
             writer.close()
             upstream_writer.close()
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+               flowing: asyncio.Event | None = None) -> None:
+    """Copy bytes from `reader` to `writer` until EOF, then close `writer`; while `flowing` is clear, hold
+    them (a paused link: tests/test_realcluster_faults.py's PausableProxy)."""
     try:
         while data := await reader.read(65536):
+            if flowing is not None:
+                await flowing.wait()
             writer.write(data)
             await writer.drain()
     except (ConnectionError, OSError):
