@@ -72,8 +72,12 @@ class Serve:
     def wait_for_kubeconfig(self, *, stale: str = "") -> dict[str, object]:
         deadline = time.monotonic() + 60
         while True:  # what `until [ -s PATH ]; do sleep 0.2; done` does, only faster
-            if self.kubeconfig.exists() and self.kubeconfig.stat().st_size and self.kubeconfig.read_text() != stale:
-                doc = yaml.safe_load(self.kubeconfig.read_text())
+            try:  # serve removes a stale file at start: it may vanish between two looks
+                text = self.kubeconfig.read_text()
+            except FileNotFoundError:
+                text = ""
+            if text and text != stale:
+                doc = yaml.safe_load(text)
                 assert isinstance(doc, dict)
                 return doc
             assert self.proc.poll() is None, self.err.read_text()
