@@ -130,9 +130,8 @@ def review_body(req: AdmissionRequest, *, uid_prefix: str = "") -> bytes:
     """`req` as the AdmissionReview v1 the API server would post for the namespace controller (USER)."""
     import orjson
 
-    sent = attrs.evolve(req, uid=uid_prefix + req.uid, username=USER["username"])
-    return orjson.dumps(render_review(sent, user_uid=USER["uid"], groups=USER["groups"],
-                                      propagation_policy="Background"))
+    sent = attrs.evolve(req, uid=uid_prefix + req.uid, username=USER["username"], propagation_policy="Background")
+    return orjson.dumps(render_review(sent, user_uid=USER["uid"], groups=USER["groups"]))
 
 
 class Server:

@@ -129,8 +129,8 @@ class Case:
 def _review(*, group: str, version: str, kind: str, resource: str, name: str, namespace: str,
             old_object: dict[str, Any]) -> dict[str, Any]:
     request = AdmissionRequest(UID_PLACEHOLDER, GroupResource(group, resource), "DELETE", name, namespace,
-                               old_object=old_object, kind=kind, username="soak")
-    return dict(render_review(request, version=version, propagation_policy="Background"))
+                               old_object=old_object, kind=kind, username="soak", propagation_policy="Background")
+    return dict(render_review(request, version=version))
 
 
 def _encode(review: dict[str, Any]) -> bytes:

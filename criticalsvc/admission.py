@@ -127,6 +127,8 @@ def parse_review(review: Any) -> AdmissionRequest:
         raise MalformedReview("request.dryRun", "must be a boolean")
     user = request.get("userInfo")
     username = user.get("username", "") if isinstance(user, Mapping) else ""
+    options = request.get("options")
+    propagation = options.get("propagationPolicy") if isinstance(options, Mapping) else None
     return AdmissionRequest(
         uid=uid,
         group_resource=GroupResource(group, plural),
@@ -139,6 +141,7 @@ def parse_review(review: Any) -> AdmissionRequest:
         kind=str(kind.get("kind", "")) if isinstance(kind, Mapping) else "",
         dry_run=dry_run,
         username=str(username) if isinstance(username, str) else "",
+        propagation_policy=propagation if isinstance(propagation, str) and propagation else None,
     )
 
 
@@ -164,12 +167,11 @@ def _object(request: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
 
 
 def render_review(request: AdmissionRequest, *, version: str = "v1",
-                  groups: Sequence[str] = ("system:authenticated",), user_uid: str = "",
-                  propagation_policy: str | None = None) -> ReviewRequestDict:
+                  groups: Sequence[str] = ("system:authenticated",), user_uid: str = "") -> ReviewRequestDict:
     """`request` as the AdmissionReview v1 the API server posts: parse_review(render_review(r)) == r.
 
     What parse_review does not read comes from the keywords: the resource's version, the user's uid and
-    groups, and on a DELETE the propagationPolicy of its DeleteOptions. requestKind/requestResource repeat
+    groups. requestKind/requestResource repeat
     kind/resource (they differ only when the API server converted the request to another version).
     `namespace` is left out when empty, as for a cluster-scoped object; for a Namespace the API server
     sends the namespace's own name there, so build such a request that way. The review holds copies of
@@ -193,8 +195,8 @@ def render_review(request: AdmissionRequest, *, version: str = "v1",
         body["namespace"] = request.namespace
     if request.operation == "DELETE":
         body["options"] = {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"}
-        if propagation_policy is not None:
-            body["options"]["propagationPolicy"] = propagation_policy
+        if request.propagation_policy is not None:
+            body["options"]["propagationPolicy"] = request.propagation_policy
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": body}
 
 

@@ -34,6 +34,9 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 BREAK_GLASS_ANNOTATION = f"{GROUP}/break-glass"
 DELETION_PROTECTED_LABEL = f"{GROUP}/deletion-protected"
 DELETION_PROTECTED_ALWAYS = "Always"
+# On an object: `criticalsvc.io/replay-deletion: Never` cancels a recorded deletion intent for it and
+# keeps new ones from being recorded (criticalsvc/replay.py).
+REPLAY_DELETION_ANNOTATION = f"{GROUP}/replay-deletion"
 # The CRD's maxItems for spec.criteria (api/criticalservices.criticalsvc.io.yaml; tests/test_api.py keeps
 # the two equal): the API server enforces it on writes, and the parser too, so that a snapshot or a
 # review the API server never saw cannot hand `decide` an unbounded list to walk on every DELETE.
@@ -99,6 +102,18 @@ class Enforcement(enum.StrEnum):
     WARN = "Warn"
 
 
+class ReplayDeletion(enum.StrEnum):
+    """spec.replayDeletion: may the gate re-issue a DELETE it refused, once the criteria hold?
+
+    Never (the default) leaves retrying to the deleter. WhenTearingDown records a refused deletion as
+    an intent and replays it when the criteria are met, but only while everything still blocking it is
+    itself going away (criticalsvc/replay.py; design/replay.md).
+    """
+
+    NEVER = "Never"
+    WHEN_TEARING_DOWN = "WhenTearingDown"
+
+
 @attrs.frozen
 class FinalizerCriterion:
     """Met when no object of `group_resource` still carries `finalizer_name`."""
@@ -147,6 +162,7 @@ class CriticalService:
     provider: ObjectRef
     criteria: tuple[Criterion, ...]
     enforcement: Enforcement = Enforcement.ENFORCE
+    replay_deletion: ReplayDeletion = ReplayDeletion.NEVER
     uid: str = ""
     labels: Mapping[str, str] = attrs.field(factory=dict, eq=False, hash=False)
     deletion_timestamp: str | None = None
@@ -187,20 +203,26 @@ def parse_spec(spec: Any) -> CriticalService:
     """Parse `.spec`; the result has an empty name (the caller fills in metadata)."""
     if not isinstance(spec, Mapping):
         raise InvalidSpec("spec", "required")
-    _no_unknown(spec, {"provider", "criteria", "enforcement"}, "spec")
+    _no_unknown(spec, {"provider", "criteria", "enforcement", "replayDeletion"}, "spec")
     provider = _parse_object_ref(spec.get("provider"), "spec.provider", name_required=True)
     raw_enforcement = spec.get("enforcement", Enforcement.ENFORCE.value)
     try:
         enforcement = Enforcement(raw_enforcement)
     except ValueError:
         raise InvalidSpec("spec.enforcement", "must be Enforce or Warn") from None
+    raw_replay = spec.get("replayDeletion", ReplayDeletion.NEVER.value)
+    try:
+        replay_deletion = ReplayDeletion(raw_replay)
+    except ValueError:
+        raise InvalidSpec("spec.replayDeletion", "must be Never or WhenTearingDown") from None
     raw_criteria = spec.get("criteria")
     if not isinstance(raw_criteria, list) or not raw_criteria:
         raise InvalidSpec("spec.criteria", "required: a non-empty list")
     if len(raw_criteria) > MAX_CRITERIA:
         raise InvalidSpec("spec.criteria", too_many(len(raw_criteria), MAX_CRITERIA))
     criteria = tuple(_parse_criterion(c, f"spec.criteria[{i}]") for i, c in enumerate(raw_criteria))
-    return CriticalService(name="", provider=provider, criteria=criteria, enforcement=enforcement)
+    return CriticalService(name="", provider=provider, criteria=criteria, enforcement=enforcement,
+                           replay_deletion=replay_deletion)
 
 
 def too_many(count: int, limit: int) -> str:

@@ -82,6 +82,19 @@ def evaluate(criterion: Criterion, state: ClusterState) -> Verdict:
     return Verdict(criterion, False, len(blocking), first, gr)
 
 
+def blocking_objects(criterion: Criterion, state: ClusterState) -> Collection[KubeObject]:
+    """Every object that keeps `criterion` from holding (all of them, not the first few)."""
+    gr = state.resolve(named_resource(criterion))
+    if gr is None:
+        return ()
+    if isinstance(criterion, SpecificResourceCriterion):
+        obj = state.get(ObjectRef(gr, criterion.target.namespace, criterion.target.name))
+        return () if obj is None else (obj,)
+    if isinstance(criterion, FinalizerCriterion):
+        return state.with_finalizer(gr, criterion.finalizer_name)
+    return state.select(gr, namespace=criterion.namespace, selector=criterion.selector)
+
+
 def covers(criterion: Criterion, obj: KubeObject, state: ClusterState) -> bool:
     """Is `obj` one of the objects that must be gone for `criterion` to hold?"""
     gr = state.resolve(named_resource(criterion))

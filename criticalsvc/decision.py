@@ -92,6 +92,8 @@ class AdmissionRequest:
     kind: str = ""
     dry_run: bool = False
     username: str = ""
+    # DELETE only: options.propagationPolicy as sent (None: the type's default); a replay re-uses it.
+    propagation_policy: str | None = None
 
     @property
     def ref(self) -> ObjectRef:
@@ -332,7 +334,8 @@ def _decide_write(request: AdmissionRequest, state: ClusterState) -> Decision:
 
 
 def _same_spec(a: CriticalService, b: CriticalService) -> bool:
-    return (a.provider, a.criteria, a.enforcement) == (b.provider, b.criteria, b.enforcement)
+    return (a.provider, a.criteria, a.enforcement, a.replay_deletion) == \
+        (b.provider, b.criteria, b.enforcement, b.replay_deletion)
 
 
 def _spec_warnings(cs: CriticalService, state: ClusterState) -> list[str]:

@@ -85,6 +85,7 @@ class Topology:
     clients: tuple[str, ...]  # per bundle
     starts: tuple[float, ...]  # per bundle: seconds after the first
     seed: int
+    replay: bool = False  # the CriticalServices ask for spec.replayDeletion: WhenTearingDown
 
     def has_cycle(self) -> bool:
         """Do the operators' waits-for edges close a cycle? (Plain DFS, independent of criticalsvc.graph.)"""
@@ -152,7 +153,8 @@ class Topology:
                         "metadata": {"name": op.service},
                         "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": op.namespace,
                                               "name": "controller"},
-                                 "criteria": criteria}})
+                                 "criteria": criteria,
+                                 **({"replayDeletion": "WhenTearingDown"} if self.replay else {})}})
         return out
 
     def manifests(self) -> list[Manifest]:
@@ -167,7 +169,7 @@ class Topology:
 
 @st.composite
 def topologies(draw: st.DrawFn, *, max_operators: int = 3, cycles: bool = False,
-               clients: tuple[str, ...] = CLIENTS) -> Topology:
+               clients: tuple[str, ...] = CLIENTS, replay: bool = False) -> Topology:
     n_ops = draw(st.integers(1, max_operators))
     app_namespaces = tuple(f"apps-{j}" for j in range(draw(st.integers(0, 2))))
     all_namespaces = [*app_namespaces, *(f"op{i}-system" for i in range(n_ops))]
@@ -197,4 +199,5 @@ def topologies(draw: st.DrawFn, *, max_operators: int = 3, cycles: bool = False,
         clients=tuple(draw(st.sampled_from(clients)) for _ in bundles),
         starts=tuple(draw(st.sampled_from([0.0, 0.0, 0.5, 3.0, 45.0])) for _ in bundles),
         seed=draw(st.integers(0, 2**16)),
+        replay=replay,
     )

@@ -11,6 +11,12 @@
                         in namespaces the bundle does not own) it deletes itself. Retries like the
                         ManifestWork agent — a tenant-removal controller, not a person.
 
+    IdealDelete         the yardstick, not a real deleter: after every change it deletes each object whose
+                        DELETE the gate would allow now (it asks with a dry run first, so it is never
+                        refused), and nothing else - each phase starts the moment the previous one
+                        ends, so its teardown time is the critical path. benchmarks/replay.py divides
+                        every other client's teardown time by it.
+
 The garbage collector's retrying client is part of the garbage collector (controllers.py).
 Clients, like controllers, only call the store and `engine.schedule`.
 """
@@ -28,7 +34,7 @@ from .engine import Engine
 from .store import StatusError, Store
 from .timeline import NOT_FOUND, Timeline
 
-CLIENTS = ("manifestwork", "kubectl", "namespace")
+CLIENTS = ("manifestwork", "kubectl", "namespace", "ideal")
 
 
 class Client:
@@ -179,6 +185,47 @@ class KubectlDelete(Client):
                 f"({self.runs} run{'s' if self.runs != 1 else ''})")
 
 
+class IdealDelete(Client):
+    """The critical-path deleter: deletes what the gate allows, the moment it allows it."""
+
+    retrying = True
+    # Apart from its own, nothing the API server does can make a DELETE allowed without a watch event,
+    # so reacting to every event (in the same virtual instant) is as early as any deleter can be.
+
+    def __init__(self, refs: Iterable[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
+                 rng: random.Random) -> None:
+        super().__init__(refs, store=store, engine=engine, timeline=timeline, rng=rng, actor="ideal",
+                         user="kubernetes-admin")
+        self.done: set[ObjectRef] = set()
+        self._scheduled = False
+
+    def start(self, delay: float = 0.0) -> None:
+        self.store.subscribe(lambda event: self._soon())
+        self.engine.schedule(delay, self._sweep)
+
+    def _soon(self) -> None:
+        if not self._scheduled and len(self.done) < len(self.refs):
+            self._scheduled = True
+            self.engine.schedule(0.0, self._sweep)
+
+    def _sweep(self) -> None:
+        self._scheduled = False
+        for ref in self.refs:
+            if ref in self.done:
+                continue
+            try:
+                self.store.delete(ref, user=self.user, dry_run=True)
+            except StatusError as exc:
+                if exc.code == 404:
+                    self.done.add(ref)
+                continue
+            self.done.add(ref)
+            self._delete(ref, "Background")
+
+    def describe(self) -> str:
+        return "the ideal deleter deletes each object the moment the gate would allow it (the critical path)"
+
+
 def make_client(kind: str, refs: Sequence[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
                 rng: random.Random, bundle: str = "", repeat: float | None = None) -> Client:
     """A client by its `--client` name."""
@@ -188,7 +235,9 @@ def make_client(kind: str, refs: Sequence[ObjectRef], *, store: Store, engine: E
         return NamespaceDelete(refs, bundle=bundle, store=store, engine=engine, timeline=timeline, rng=rng)
     if kind == "kubectl":
         return KubectlDelete(refs, repeat=repeat, store=store, engine=engine, timeline=timeline, rng=rng)
+    if kind == "ideal":
+        return IdealDelete(refs, store=store, engine=engine, timeline=timeline, rng=rng)
     raise ValueError(f"unknown client {kind!r}; expected one of {', '.join(CLIENTS)}")
 
 
-__all__ = ["CLIENTS", "Client", "KubectlDelete", "ManifestWorkAgent", "NamespaceDelete", "make_client"]
+__all__ = ["CLIENTS", "Client", "IdealDelete", "KubectlDelete", "ManifestWorkAgent", "NamespaceDelete", "make_client"]

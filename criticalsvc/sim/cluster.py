@@ -23,7 +23,7 @@ status conditions alone do not count: a stuck controller rewrites them forever.)
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ from ..restmapper import resource_type_from_crd
 from .clients import CLIENTS, Client, make_client
 from .controllers import FOREGROUND, ORPHAN, Controllers, FinalizerController, start_controllers
 from .engine import Engine, VirtualEngine
+from .replayer import Replayer
 from .store import (
     CRD_CLEANUP_FINALIZER,
     NAMESPACE_FINALIZER,
@@ -118,15 +119,20 @@ class Cluster:
     def __init__(self, *, engine: Engine | None = None, gate: bool = True, seed: int = 0,
                  ordered_namespace_deletion: bool = True,
                  failure_policy: Literal["Fail", "Ignore"] = "Fail",
-                 finalizer_delay: tuple[float, float] = FinalizerController.DELAY) -> None:
+                 finalizer_delay: tuple[float, float] = FinalizerController.DELAY,
+                 replayer: Callable[[Store, Engine, Timeline], Replayer] | None = Replayer) -> None:
         self.engine: Engine = engine or VirtualEngine()
         self.store = Store(clock=self.engine.now)
         self.gate = gate
+        self.timeline = Timeline(self.engine.now, seq=lambda: self.store.resource_version)
+        # The gate's replay of refused deletions: it acts only for CriticalServices that ask for it
+        # (spec.replayDeletion: WhenTearingDown), so it is always there, as in the live gate's leader.
+        self.replayer = replayer(self.store, self.engine, self.timeline) if gate and replayer is not None else None
         if gate:
-            self.store.webhooks.append(RegisteredWebhook(gate_hook(self.store), failure_policy=failure_policy))
+            hook = gate_hook(self.store, on_decision=self.replayer.record if self.replayer is not None else None)
+            self.store.webhooks.append(RegisteredWebhook(hook, failure_policy=failure_policy))
         self.seed = seed
         self.rng = random.Random(seed)
-        self.timeline = Timeline(self.engine.now, seq=lambda: self.store.resource_version)
         self.controllers: Controllers = start_controllers(
             self.store, self.engine, timeline=self.timeline, rng=self.rng,
             ordered_namespace_deletion=ordered_namespace_deletion, finalizer_delay=finalizer_delay)

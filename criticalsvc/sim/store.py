@@ -51,7 +51,7 @@ from ..api import (
     ObjectRef,
     parse_critical_service,
 )
-from ..decision import AdmissionRequest, decide
+from ..decision import AdmissionRequest, Decision, decide
 from ..errors import CriticalsvcError, InvalidInput
 from ..labels import LabelSelector, Requirement
 from ..objects import project
@@ -571,16 +571,21 @@ class Store:
             # Fresh per call (§1.1); deterministic so a seeded simulation replays identically.
             uid=str(uuid.UUID(int=next(self._review_ids), version=4)), group_resource=gr, operation=operation,
             name=name, namespace=namespace, object=obj, old_object=old, kind=t.kind if t else gr.resource,
-            dry_run=dry_run, username=user)
-        return dict(render_review(request, version=t.version if t else "v1", propagation_policy=propagation))
+            dry_run=dry_run, username=user, propagation_policy=propagation)
+        return dict(render_review(request, version=t.version if t else "v1"))
 
 
-def gate_hook(store: Store) -> AdmissionHook:
-    """The real decision function as an in-process webhook reading this store's state."""
+def gate_hook(store: Store, *, on_decision: Callable[[AdmissionRequest, Decision], None] | None = None
+              ) -> AdmissionHook:
+    """The real decision function as an in-process webhook reading this store's state; `on_decision`
+    sees every decision, as the live server's hook does (the replayer records intents from it)."""
 
     def hook(review: dict[str, Any]) -> dict[str, Any]:
         request = parse_review(review)
-        return dict(render_response(request.uid, decide(request, store.state)))
+        decision = decide(request, store.state)
+        if on_decision is not None:
+            on_decision(request, decision)
+        return dict(render_response(request.uid, decision))
 
     return hook
 
