@@ -84,3 +84,27 @@ class EventRecorder:
             "lastTimestamp": format_rfc3339(last),
             "count": count,
         }
+
+
+def object_event(*, involved: dict[str, Any], reason: str, message: str, now: float, warning: bool = False,
+                 name_hint: str = "") -> dict[str, Any]:
+    """A one-off core/v1 Event about any object (`involved`: apiVersion, kind, name, uid, and namespace for
+    a namespaced object), e.g. a replayed deletion. It lives in the object's namespace, or in "default"
+    for a cluster-scoped object, as the API server requires of an Event without eventTime."""
+    namespace = str(involved.get("namespace") or "default")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name_hint or involved.get('name', 'object')}.{int(now * 1000):x}"[:253],
+                     "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": "criticalsvc"},
+        "reportingComponent": "criticalsvc.io/gate",
+        "reportingInstance": "criticalsvc",
+        "firstTimestamp": format_rfc3339(now),
+        "lastTimestamp": format_rfc3339(now),
+        "count": 1,
+    }

@@ -37,15 +37,19 @@ from .api import (
     CRD_NAME,
     CRDS,
     CRITICAL_SERVICES,
+    GROUP,
     NAMESPACES,
     REPLAY_DELETION_ANNOTATION,
     CriticalService,
+    GroupResource,
     ObjectRef,
     ReplayDeletion,
 )
 from .decision import AdmissionRequest, Decision, Rule, decide
+from .errors import InvalidInput
 from .objects import KubeObject
 from .state import ClusterState
+from .timestamps import format_rfc3339
 
 # How long a Waiting intent may wait for its teardown to start. `kubectl delete -f` reaches objects in
 # file order, one request at a time, so the provider may be refused before the objects that need it
@@ -115,7 +119,8 @@ class Drop:
 Outcome = Replay | Wait | Drop
 
 
-def intent_for(request: AdmissionRequest, decision: Decision, state: ClusterState, *, now: float) -> DeletionIntent | None:
+def intent_for(request: AdmissionRequest, decision: Decision, state: ClusterState, *,
+               now: float) -> DeletionIntent | None:
     """The intent to record for a refused DELETE, or None. Pure; the caller writes it."""
     if request.operation != "DELETE" or request.dry_run or decision.allowed or decision.rule != Rule.BLOCKED:
         return None
@@ -125,9 +130,9 @@ def intent_for(request: AdmissionRequest, decision: Decision, state: ClusterStat
     if any(services.get(name) is None or services[name].replay_deletion != ReplayDeletion.WHEN_TEARING_DOWN
            for name in decision.blocking):
         return None
-    old = request.old_object if isinstance(request.old_object, Mapping) else {}
-    metadata = old.get("metadata") if isinstance(old.get("metadata"), Mapping) else {}
-    annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"), Mapping) else {}
+    old = _mapping(request.old_object)
+    metadata = _mapping(old.get("metadata"))
+    annotations = _mapping(metadata.get("annotations"))
     if annotations.get(REPLAY_DELETION_ANNOTATION) == NEVER:
         return None
     target = request.ref if request.name else attrs.evolve(request.ref, name=str(metadata.get("name") or ""))
@@ -206,20 +211,20 @@ def blockers(target: ObjectRef, state: ClusterState) -> Iterable[KubeObject]:
                     seen.add(obj.ref)
                     yield obj
     if gr == CRITICAL_SERVICES:
-        cs = next((c for c in state.critical_services() if c.name == target.name), None)
-        if cs is not None:
-            provider = state.get(cs.provider)
+        service = next((c for c in state.critical_services() if c.name == target.name), None)
+        if service is not None:
+            provider = state.get(service.provider)
             if provider is not None:
                 yield provider
-            elif cs.provider.namespace:
-                namespace = state.get(ObjectRef(NAMESPACES, "", cs.provider.namespace))
+            elif service.provider.namespace:
+                namespace = state.get(ObjectRef(NAMESPACES, "", service.provider.namespace))
                 if namespace is not None:
                     yield namespace
     if gr == CRDS and target.name == CRD_NAME:
-        for cs in state.critical_services():
-            obj = state.get(cs.ref)
-            if obj is not None:
-                yield obj
+        for other in state.critical_services():
+            stored = state.get(other.ref)
+            if stored is not None:
+                yield stored
 
 
 def _settled(intent: DeletionIntent, state: ClusterState, *, now: float, time_to_live: float) -> Drop | None:
@@ -277,13 +282,69 @@ def _going_away(obj: KubeObject, state: ClusterState, armed: set[str]) -> bool:
     return False
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def _what(obj: KubeObject) -> str:
     return str(obj.ref)
 
 
-def intent_key(target: ObjectRef, uid: str) -> str:
-    """A stable, DNS-label-safe name for an intent's record (one record per object incarnation)."""
+# --- the record: one ConfigMap per intent in the gate's namespace -----------------------------------------
+# A ConfigMap per object incarnation (named by its UID): any replica creates it (AlreadyExists means
+# another replica, or an earlier retry, recorded the same deletion first), the leader reads them all,
+# so intents survive a restart and a leader change without replicas writing one shared object.
+RECORD_LABEL = f"{GROUP}/deletion-intent"
+
+
+def record_name(uid: str) -> str:
     return f"deletion-intent-{uid}"
+
+
+def to_record(intent: DeletionIntent, *, namespace: str) -> dict[str, Any]:
+    """The ConfigMap that stores `intent`."""
+    t = intent.target
+    data = {"group": t.group_resource.group, "resource": t.group_resource.resource, "namespace": t.namespace,
+            "name": t.name, "uid": intent.uid, "user": intent.user, "requestedAt": repr(intent.requested_at),
+            "services": ",".join(intent.services)}
+    if intent.propagation_policy:
+        data["propagationPolicy"] = intent.propagation_policy
+    if intent.armed_at is not None:
+        data["armedAt"] = repr(intent.armed_at)
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": record_name(intent.uid), "namespace": namespace,
+                         "labels": {RECORD_LABEL: "true", "app.kubernetes.io/name": "criticalsvc"},
+                         "annotations": {f"{GROUP}/requested-at": format_rfc3339(intent.requested_at),
+                                         f"{GROUP}/object": str(t)}},
+            "data": data}
+
+
+def from_record(obj: Mapping[str, Any]) -> DeletionIntent:
+    """A stored ConfigMap -> its intent; raises InvalidInput naming the field (a hand-edited record)."""
+    metadata = _mapping(obj.get("metadata"))
+    where = f"ConfigMap {metadata.get('namespace', '')}/{metadata.get('name', '')}"
+    data = obj.get("data")
+    if not isinstance(data, Mapping):
+        raise InvalidInput("data", "required", where=where)
+
+    def text(key: str, *, required: bool = True) -> str:
+        value = data.get(key)
+        if (value is None or value == "") and required:
+            raise InvalidInput(f"data.{key}", "required", where=where)
+        return str(value or "")
+
+    def seconds(key: str) -> float:
+        try:
+            return float(text(key))
+        except ValueError:
+            raise InvalidInput(f"data.{key}", f"{data.get(key)!r} is not a number of seconds", where=where) from None
+
+    target = ObjectRef(GroupResource(text("group", required=False), text("resource")),
+                       text("namespace", required=False), text("name"))
+    return DeletionIntent(target, text("uid"), text("user", required=False), seconds("requestedAt"),
+                          text("propagationPolicy", required=False) or None,
+                          tuple(s for s in text("services", required=False).split(",") if s),
+                          seconds("armedAt") if data.get("armedAt") else None)
 
 
 def describe(intent: DeletionIntent) -> str:
@@ -291,5 +352,22 @@ def describe(intent: DeletionIntent) -> str:
             f"{' with propagationPolicy ' + intent.propagation_policy if intent.propagation_policy else ''}")
 
 
-__all__ = ["ARM_WINDOW", "TIME_TO_LIVE", "DeletionIntent", "Drop", "DropReason", "Outcome", "Phase", "Replay",
-           "Wait", "blockers", "describe", "intent_for", "intent_key", "plan"]
+__all__ = [
+    "ARM_WINDOW",
+    "RECORD_LABEL",
+    "TIME_TO_LIVE",
+    "DeletionIntent",
+    "Drop",
+    "DropReason",
+    "Outcome",
+    "Phase",
+    "Replay",
+    "Wait",
+    "blockers",
+    "describe",
+    "from_record",
+    "intent_for",
+    "plan",
+    "record_name",
+    "to_record",
+]

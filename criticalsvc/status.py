@@ -10,6 +10,12 @@ writer that recomputes every few seconds does not churn it.
                                                 type to the gate: only its namespace is protected
     Blocking   True  (CriteriaUnmet)            deleting the provider (or its namespace) is denied now
                False (CriteriaMet)              it would be allowed
+    ReplayPermitted   (spec.replayDeletion: WhenTearingDown only)
+               True  (Permitted)                the gate may delete what it would replay
+               False (Forbidden)                it may not: the message names the missing grant
+               Unknown (NotChecked)             not checked yet (the leader checks once a minute)
+
+`deletionIntents` lists the refused deletions the gate will replay (criticalsvc/replay.py), oldest first.
 
 `providerUID` records the uid of the provider last seen, so a provider deleted and re-created under
 the same name is visible (the design's open question on adoption); `blockers` names the first few
@@ -19,15 +25,20 @@ unmet criteria with example objects, the same words the denial message uses.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import criteria
-from .api import GATED_DELETES, CriticalService, Enforcement, GroupResource
+from .api import GATED_DELETES, CriticalService, Enforcement, GroupResource, ReplayDeletion
 from .state import ClusterState
 from .timestamps import format_rfc3339
 
+if TYPE_CHECKING:  # replay builds on decision, which builds on this module
+    from .replay import DeletionIntent
+
 # The status is an API object other tools read; five blockers are enough to act on.
 MAX_BLOCKERS = 5
+MAX_INTENTS = 20  # the CRD's maxItems for status.deletionIntents
+REPLAY_AGGREGATE_LABEL = "criticalsvc.io/aggregate-to-replay"
 
 
 def _condition(type_: str, status: bool, reason: str, message: str, *, now: str, generation: int,
@@ -40,7 +51,10 @@ def _condition(type_: str, status: bool, reason: str, message: str, *, now: str,
 
 
 def compute_status(cs: CriticalService, state: ClusterState, *, now: float, generation: int = 1,
-                   previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   previous: Mapping[str, Any] | None = None, intents: Sequence[DeletionIntent] = (),
+                   replay_forbidden: Sequence[GroupResource] | None = None) -> dict[str, Any]:
+    """`replay_forbidden`: the types the gate may not delete for its replays ([] all permitted, None
+    not checked yet); read only when the CriticalService asks for replay."""
     """The `.status` the gate would write for `cs` now. May raise StateUnavailable."""
     stamp = format_rfc3339(now)
     prev_conditions = (previous or {}).get("conditions") or []
@@ -69,9 +83,13 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     else:
         blocking = _condition("Blocking", False, "CriteriaMet", "every criterion holds; the provider may go",
                               now=stamp, generation=generation, previous=prev_conditions)
+    conditions = [ready, blocking]
+    if cs.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN:
+        conditions.append(_replay_condition(replay_forbidden, now=stamp, generation=generation,
+                                            previous=prev_conditions))
     status: dict[str, Any] = {
         "observedGeneration": generation,
-        "conditions": [ready, blocking],
+        "conditions": conditions,
         "criteriaCount": len(cs.criteria),
         "unmetCriteria": len(unmet),
         "blockers": [
@@ -80,11 +98,36 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
             for i, v in unmet[:MAX_BLOCKERS]
         ],
     }
+    if intents:
+        status["deletionIntents"] = [_intent(i) for i in sorted(intents, key=lambda i: i.requested_at)[:MAX_INTENTS]]
     if provider is not None and provider.uid:
         status["providerUID"] = provider.uid
     elif cs.provider_uid:
         status["providerUID"] = cs.provider_uid  # keep the last uid seen while the provider is away
     return status
+
+
+def _replay_condition(forbidden: Sequence[GroupResource] | None, **kw: Any) -> dict[str, Any]:
+    if forbidden is None:
+        return {**_condition("ReplayPermitted", False, "NotChecked", "the gate has not checked yet whether it may "
+                             "delete what it would replay", **kw), "status": "Unknown"}
+    if not forbidden:
+        return _condition("ReplayPermitted", True, "Permitted", "the gate may delete the provider, its namespace "
+                          "and this CriticalService when it replays a refused deletion", **kw)
+    names = ", ".join(str(gr) for gr in forbidden)
+    return _condition("ReplayPermitted", False, "Forbidden",
+                      f"the gate may not delete {names}, so refused deletions of them cannot be replayed; grant "
+                      f"delete with a ClusterRole labelled {REPLAY_AGGREGATE_LABEL}=\"true\"", **kw)
+
+
+def _intent(intent: DeletionIntent) -> dict[str, Any]:
+    out: dict[str, Any] = {"object": str(intent.target), "uid": intent.uid, "user": intent.user,
+                           "requestedAt": format_rfc3339(intent.requested_at), "phase": intent.phase.value}
+    if intent.propagation_policy:
+        out["propagationPolicy"] = intent.propagation_policy
+    out["message"] = ("everything still blocking it is being deleted; replayed when the criteria hold"
+                      if intent.armed_at is not None else "waiting for what blocks it to be deleted")
+    return out
 
 
 def not_routed(cs: CriticalService, provider_type: GroupResource) -> str:

@@ -45,8 +45,11 @@ class StatusWriter:
     def __init__(self, *, api_client: Any, source: StateSource, identity: str,
                  namespace: str = "criticalsvc-system", lease_name: str = "criticalsvc-status",
                  interval: float = 5.0, clock: Callable[[], float] = time.time,
-                 recorder: EventRecorder | None = None) -> None:
+                 recorder: EventRecorder | None = None, replayer: Any = None) -> None:
         self.api_client = api_client
+        # The LiveReplayer (criticalsvc/replayer.py) when replay is on: its intents and permission checks
+        # go into status.deletionIntents and the ReplayPermitted condition.
+        self.replayer = replayer
         self.source = source
         self.identity = identity
         self.namespace = namespace
@@ -77,14 +80,16 @@ class StatusWriter:
             del self._written[gone]
         for cs in services:
             try:
-                status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)))
+                status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)),
+                                        **self._replay_facts(cs, state))
             except StateUnavailable:
                 continue
             if (cs.name, cs.uid) in self._written and same_status(self._written[cs.name, cs.uid], status):
                 continue
             try:
+                # null removes a list that emptied (a merge patch keeps what it does not mention).
                 await api.patch_cluster_custom_object_status(
-                    GROUP, VERSION, PLURAL, cs.name, {"status": status},
+                    GROUP, VERSION, PLURAL, cs.name, {"status": {"deletionIntents": None, **status}},
                     _content_type="application/merge-patch+json")
             except Exception as exc:  # a failed write is retried on the next round
                 log.warning("status write failed", critical_service=cs.name, error=str(exc))
@@ -93,6 +98,22 @@ class StatusWriter:
             written += 1
         self.writes += written
         return written
+
+    def _replay_facts(self, cs: Any, state: ClusterState) -> dict[str, Any]:
+        if self.replayer is None:
+            return {}
+        from .replayer import replay_types
+
+        provider_type = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
+        types = sorted(replay_types(provider_type, namespaced=bool(cs.provider.namespace)))
+        checked = all(self.replayer.checked(gr) for gr in types)
+        return {"intents": self.replayer.intents_of(cs.name),
+                "replay_forbidden": self.replayer.missing_permissions(types) if checked else None}
+
+    def post_event(self, event: dict[str, Any]) -> None:
+        """Queue an Event to create (never blocks; drops when the queue is full)."""
+        with contextlib.suppress(asyncio.QueueFull):
+            self._events.put_nowait(event)
 
     def poke(self) -> None:
         """Something changed (a denial, a cache event): write status soon rather than next interval."""

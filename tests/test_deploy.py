@@ -360,6 +360,7 @@ ALLOWED_WRITES = {
     ("events.k8s.io", "events"): "ClusterRole",
     ("criticalsvc.io", "criticalservices/status"): "ClusterRole",
     ("coordination.k8s.io", "leases"): "Role",
+    ("", "configmaps"): "Role",  # deletion intents, in the gate's own namespace
 }
 
 
@@ -369,8 +370,9 @@ def rules(objects: list[Obj]) -> Iterator[tuple[Obj, Obj]]:
             yield role, rule
 
 
-def test_rbac_writes_only_events_status_and_leases(base: list[Obj]) -> None:
-    """No role grants a write verb except on events, criticalservices/status and (namespaced) leases."""
+def test_rbac_writes_only_events_status_leases_and_intents(base: list[Obj]) -> None:
+    """No role grants a write verb except on events, criticalservices/status, (namespaced) leases and
+    (namespaced) ConfigMaps for deletion intents; replays delete only what the operator aggregates in."""
     writes = set()
     for role, rule in rules(base):
         verbs = set(rule["verbs"]) & WRITE_VERBS
@@ -391,10 +393,24 @@ def test_rbac_has_no_wildcards_and_no_secrets(base: list[Obj]) -> None:
         assert "secrets" not in rule.get("resources", [])
 
 
-def test_the_leases_role_lives_in_the_gate_namespace(base: list[Obj]) -> None:
-    """Leader election is granted in criticalsvc-system only, get/update limited to the gate's own Lease."""
-    role = one(base, "Role")
-    assert role["metadata"]["namespace"] == GATE_NAMESPACE
+def test_the_replay_role_grants_nothing_until_the_operator_aggregates_it(base: list[Obj]) -> None:
+    """criticalsvc-replay is bound to the gate, aggregates by its own label, and no shipped role carries that label."""
+    replay = one(base, "ClusterRole", "criticalsvc-replay")
+    (selector,) = replay["aggregationRule"]["clusterRoleSelectors"]
+    assert selector["matchLabels"] == {"criticalsvc.io/aggregate-to-replay": "true"}
+    assert replay["rules"] == []
+    assert not [r for r in every(base, "ClusterRole")
+                if "criticalsvc.io/aggregate-to-replay" in (r["metadata"].get("labels") or {})]
+    binding = one(base, "ClusterRoleBinding", "criticalsvc-replay")
+    assert binding["roleRef"]["name"] == "criticalsvc-replay"
+
+
+def test_the_namespaced_roles_live_in_the_gate_namespace(base: list[Obj]) -> None:
+    """Leader election and deletion intents are granted in criticalsvc-system only, get/update of Leases limited
+    to the gate's own Lease."""
+    for role in every(base, "Role"):
+        assert role["metadata"]["namespace"] == GATE_NAMESPACE
+    role = one(base, "Role", "criticalsvc-leader-election")
     for rule in role["rules"]:
         if set(rule["verbs"]) & {"get", "update"}:
             assert rule["resourceNames"] == ["criticalsvc-status"]
@@ -455,10 +471,11 @@ def test_the_webhooks_never_gate_their_own_namespace_or_kube_system(base: list[O
         assert "matchLabels" not in webhook["namespaceSelector"]
 
 
-def test_the_webhooks_are_side_effect_free_short_and_fail_closed(base: list[Obj]) -> None:
-    """sideEffects None, v1 reviews, Equivalent matching, a timeout of at most 5 s, failurePolicy written out."""
+def test_the_webhooks_are_side_effect_free_on_dry_run_short_and_fail_closed(base: list[Obj]) -> None:
+    """sideEffects NoneOnDryRun (intents and Events are recorded, never for a dry run), v1 reviews, Equivalent
+    matching, a timeout of at most 5 s, failurePolicy written out."""
     for webhook in webhooks(base):
-        assert webhook["sideEffects"] == "None"
+        assert webhook["sideEffects"] == "NoneOnDryRun"
         assert webhook["admissionReviewVersions"] == ["v1"]
         assert webhook["matchPolicy"] == "Equivalent"
         assert 1 <= webhook["timeoutSeconds"] <= 5

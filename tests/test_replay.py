@@ -126,8 +126,8 @@ def test_a_refused_delete_is_recorded_with_who_when_which_uid_and_propagation():
 @pytest.mark.parametrize("case", ["dry-run", "replay-off", "annotated-never", "allowed"])
 def test_nothing_is_recorded_for(case):
     cluster = _blocked_state(replay_on=case != "replay-off")
-    request = _delete_request(cluster, dry_run=case == "dry-run",
-                              annotations={"criticalsvc.io/replay-deletion": "Never"} if case == "annotated-never" else None)
+    never = {"criticalsvc.io/replay-deletion": "Never"} if case == "annotated-never" else None
+    request = _delete_request(cluster, dry_run=case == "dry-run", annotations=never)
     if case == "allowed":
         cluster.store.remove_finalizer(ObjectRef(CONFIGMAPS, "data", "cm-0"), HOLD)
     decision = decide(request, cluster.store.state)
@@ -176,7 +176,8 @@ def _guarded_stack(*, configmaps: int, replay_on: bool = True) -> str:
              f"finalizers: [{HOLD}]}}" for i in range(configmaps)]
     replay_line = "  replayDeletion: WhenTearingDown\n" if replay_on else ""
     docs.append("apiVersion: criticalsvc.io/v1alpha1\nkind: CriticalService\nmetadata: {name: op}\nspec:\n"
-                f"{replay_line}  provider: {{group: apps, resource: deployments, namespace: op-system, name: controller}}\n"
+                f"{replay_line}  provider: {{group: apps, resource: deployments, namespace: op-system, "
+                "name: controller}\n"
                 "  criteria:\n  - type: Resources\n    resources: {resource: configmaps, namespace: data, "
                 "selector: {matchLabels: {app: x}}}")
     return "\n---\n".join(docs)
@@ -284,7 +285,8 @@ def play(script: Interference, replayer: Any = Replayer) -> tuple[Cluster, list[
         assert cluster.replayer is not None
         if [i.propagation_policy for i in cluster.replayer.replayed] != [script.propagation]:
             violations.append(f"live: replayed with {[i.propagation_policy for i in cluster.replayer.replayed]}")
-    if script.kind in ("late", "abandon", "dry-run") and (provider is None or provider["metadata"]["uid"] != original_uid):
+    kept = provider is not None and provider["metadata"]["uid"] == original_uid
+    if script.kind in ("late", "abandon", "dry-run") and not kept:
         violations.append(f"{script.kind}: the provider was deleted")
     return cluster, violations
 

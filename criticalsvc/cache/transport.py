@@ -132,10 +132,15 @@ class KubeTransport:
     def __init__(self, api_client: Any) -> None:
         self.api_client = api_client
 
-    async def _open(self, path: str, params: Params, timeout: aiohttp.ClientTimeout, accept: str) -> Any:
+    async def _open(self, path: str, params: Params, timeout: aiohttp.ClientTimeout, accept: str, *,
+                    verb: str = "GET", payload: Mapping[str, Any] | None = None,
+                    content_type: str = ACCEPT_JSON) -> Any:
+        header_params = {"Accept": accept}
+        if payload is not None:
+            header_params["Content-Type"] = content_type
         method, url, headers, body, post = await self.api_client.param_serialize(
-            method="GET", resource_path=path, query_params=list(params), header_params={"Accept": accept},
-            auth_settings=["BearerToken"])
+            method=verb, resource_path=path, query_params=list(params), header_params=header_params,
+            body=payload, auth_settings=["BearerToken"])
         from kubernetes.aio.client.exceptions import ApiException
 
         try:
@@ -146,7 +151,7 @@ class KubeTransport:
             body = exc.body.encode() if isinstance(exc.body, str) else bytes(exc.body or b"")
             raise status_error(int(exc.status or 0), body, fallback=str(exc.reason or "")) from exc
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise TransportError(f"GET {path}: {_describe(exc)}") from exc
+            raise TransportError(f"{verb} {path}: {_describe(exc)}") from exc
         if response.status >= 400:
             try:
                 data = await response.read()
@@ -166,6 +171,19 @@ class KubeTransport:
         finally:
             response.response.release()
         return _json_object(data, f"GET {path}: the answer")
+
+    async def send(self, verb: str, path: str, payload: Mapping[str, Any] | None = None, *, timeout: float,
+                   params: Params = (), content_type: str = ACCEPT_JSON) -> JSON:
+        """A write (POST, PATCH, DELETE) with a JSON body; the decoded answer. Raises APIError."""
+        response = await self._open(path, params, aiohttp.ClientTimeout(total=timeout), ACCEPT_JSON, verb=verb,
+                                    payload=payload, content_type=content_type)
+        try:
+            data = await response.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise TransportError(f"{verb} {path}: {_describe(exc)}") from exc
+        finally:
+            response.response.release()
+        return _json_object(data, f"{verb} {path}: the answer")
 
     @contextlib.asynccontextmanager
     async def stream(self, path: str, params: Params = (), *, timeout: float,

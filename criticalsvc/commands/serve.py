@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..atomicfile import write_atomically
 from ..errors import InvalidInput
+from ..replay import ARM_WINDOW, TIME_TO_LIVE
 
 if TYPE_CHECKING:  # the server stack (starlette, hypercorn, prometheus) loads only when `serve` runs
     from ..serving import Service
@@ -85,7 +86,13 @@ def register(sub: Any) -> None:
     p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE") or "criticalsvc-system",
                    help="namespace of the status-writer Lease (default: $POD_NAMESPACE or %(default)s)")
     p.add_argument("--no-status", action="store_true",
-                   help="do not write CriticalService status or denial Events (read-only mode)")
+                   help="do not write CriticalService status, denial Events or deletion intents, and replay "
+                        "nothing (read-only mode)")
+    p.add_argument("--replay-arm-window", type=float, default=ARM_WINDOW, metavar="SECONDS",
+                   help="how long a refused deletion waits for its teardown to start before it is not replayed "
+                        "(spec.replayDeletion: WhenTearingDown; default %(default)g)")
+    p.add_argument("--replay-ttl", type=float, default=TIME_TO_LIVE, metavar="SECONDS",
+                   help="how long any deletion intent lives (default %(default)g)")
     embedded = p.add_argument_group("embedded cluster (no real cluster needed)")
     embedded.add_argument("--embedded", action="store_true",
                           help="start the simulated API server (stand-in) with its controllers, install the CRD, "
@@ -239,11 +246,22 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             await cache.start()
             stack.push_async_callback(cache.stop)
             if not args.no_status:
+                from ..replayer import LiveReplayer
+
                 writer = StatusWriter(api_client=api, source=cache, identity=args.identity,
                                       namespace=args.lease_namespace)
+                replayer = LiveReplayer(transport, cache, cache.mapper, namespace=args.lease_namespace,
+                                        post_event=writer.post_event, on_change=writer.poke,
+                                        arm_window=args.replay_arm_window, time_to_live=args.replay_ttl)
+                writer.replayer = replayer
                 tasks += [asyncio.create_task(writer.run_elected(), name="status-writer"),
-                          asyncio.create_task(writer.run_events(), name="event-writer")]
-                on_decision = writer.record
+                          asyncio.create_task(writer.run_events(), name="event-writer"),
+                          asyncio.create_task(replayer.run(lambda: writer.leading), name="replayer"),
+                          asyncio.create_task(replayer.run_recorder(), name="intent-recorder")]
+
+                def on_decision(request: Any, decision: Any) -> None:
+                    writer.record(request, decision)
+                    replayer.record(request, decision)
 
         webhook = Webhook(source, confirm=confirm, needs_confirmation=needs_confirmation, metrics=metrics,
                           max_body_bytes=args.max_body_bytes, on_decision=on_decision)

@@ -17,9 +17,9 @@ import attrs
 
 from .. import replay
 from ..decision import AdmissionRequest, Decision
+from .controllers import _outcome
 from .engine import Engine
 from .store import StatusError, Store, WatchEvent
-from .controllers import _outcome
 from .timeline import Timeline
 
 ACTOR = "criticalsvc-replay"
