@@ -18,7 +18,10 @@ NO_CLUSTER_HINT = ("pass --state SNAPSHOT.yaml (e.g. the bundle you applied), or
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-def add_source_arguments(p: argparse.ArgumentParser) -> None:
+def add_source_arguments(p: argparse.ArgumentParser, *, namespace_help: str) -> None:
+    """The options kubectl users expect on anything that reads a cluster (-n, --context, --kubeconfig,
+    $KUBECONFIG), so that `criticalsvc X` and `kubectl criticalsvc X` take the same flags as kubectl."""
+    p.add_argument("-n", "--namespace", default="", help=namespace_help)
     p.add_argument("--kubeconfig", metavar="PATH",
                    help="read the live cluster through this kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context to use")

@@ -18,11 +18,9 @@ def register(sub: Any) -> None:
         "explain", help="why can't I delete this? the gate's answer, criterion by criterion",
         description="Show whether deleting KIND/NAME would be allowed now, and exactly what blocks it.")
     p.add_argument("target", metavar="KIND/NAME", help="e.g. deployment/finalizer-deployment, ns/payments, csvc/x")
-    p.add_argument("-n", "--namespace", default="",
-                   help="namespace of a namespaced object (default, as in kubectl: the kubeconfig context's "
-                        "namespace, else \"default\")")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    add_source_arguments(p)
+    add_source_arguments(p, namespace_help="namespace of a namespaced object (default, as in kubectl: the kubeconfig "
+                                           "context's namespace, else \"default\")")
     p.set_defaults(run=run)
 
 

@@ -22,7 +22,9 @@ def register(sub: Any) -> None:
         "graph", help="the dependency graph of all CriticalServices, cycles marked",
         description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("-o", "--output", choices=("text", "json", "dot", "mermaid"), default="text")
-    add_source_arguments(p)
+    # -n is accepted and changes nothing, as `kubectl get nodes -n x`: CriticalServices are cluster-scoped.
+    add_source_arguments(p, namespace_help="ignored: CriticalServices are cluster-scoped (accepted, as kubectl "
+                                           "accepts it for cluster-scoped resources)")
     p.set_defaults(run=run)
 
 

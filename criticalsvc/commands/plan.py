@@ -4,7 +4,8 @@ Reads manifests (YAML streams, `kind: List`, directories, ManifestWork bundles),
 object-level teardown graph (criticalsvc.graph: content before its namespace, instances before their
 CRD, what a criterion covers before the provider and its namespace, the CriticalService last) and
 prints its topological generations as numbered phases: delete everything at once, and phase N is
-gone before anything of phase N+1 can go.
+gone before anything of phase N+1 can go. `-o gantt` and `-o svg` draw the phases as a picture
+(criticalsvc.picture), `-o dot` and `-o mermaid` the graph.
 
 Exit codes: 0 the order exists, 1 the bundle's CriticalServices wait for each other (the cycle is
 printed), 2 bad input (one line naming the file and document).
@@ -26,6 +27,7 @@ from ..api import CriticalService, ObjectRef
 from ..errors import InvalidInput, MalformedManifest
 from ..graph import find_service_cycle, plan, service_graph, to_dot, to_mermaid
 from ..manifests import Manifest
+from ..picture import plan_picture, to_gantt, to_svg
 from ..snapshot import build_state
 from ..state import MemoryState
 
@@ -169,7 +171,8 @@ def register(sub: Any) -> None:
         "plan", help="print the order in which the gate lets a bundle be torn down",
         description=__doc__.splitlines()[0] if __doc__ else None)
     add_bundle_arguments(p)
-    p.add_argument("-o", "--output", choices=("text", "json", "dot", "mermaid"), default="text")
+    p.add_argument("-o", "--output", choices=("text", "json", "dot", "mermaid", "gantt", "svg"), default="text",
+                   help="dot, mermaid: the teardown graph; gantt (Mermaid), svg: the phases as a picture")
     p.set_defaults(run=run)
 
 
@@ -224,11 +227,15 @@ def run(args: argparse.Namespace) -> int:
         out.write(to_dot(result.graph))
     elif args.output == "mermaid":
         out.write(to_mermaid(result.graph))
+    elif args.output in ("gantt", "svg"):
+        drawn = plan_picture([[_display(state, r) for r in phase] for phase in result.phases],
+                             title=f"Teardown plan for {', '.join(args.filename)}")
+        out.write(to_gantt(drawn) if args.output == "gantt" else to_svg(drawn))
     else:
         out.write(_text(state, objects=len(objects), services=services, graph=result.graph,
                         phases=result.phases, files=args.filename, cycle=cycle_lines))
     if cycle_lines:
-        if args.output in ("dot", "mermaid"):
+        if args.output in ("dot", "mermaid", "gantt", "svg"):
             print("\n".join(cycle_lines), file=sys.stderr)
         return 1
     return 0

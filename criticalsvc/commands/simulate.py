@@ -9,6 +9,9 @@ The text explains its words once (DENIED, marked, gone), lists the warnings the 
 DELETEs it let through (`enforcement: Warn`: what Enforce would have refused), and ends with what to
 try next (plan, explain, the same teardown with or without the gate) above the verdict line.
 
+`-o gantt` draws the same run as a Mermaid Gantt chart and `-o svg` as an SVG (criticalsvc.picture):
+a bar per object from its first DELETE until it was gone, refusals marked, grouped by the plan's phases.
+
 Exit codes: 0 the teardown completed, 1 it got stuck (what holds each remaining object is printed),
 2 bad input (one line naming the file and document; several bad documents: one line each).
 """
@@ -27,10 +30,12 @@ import attrs
 
 from ..api import NAMESPACES, CriticalService, Enforcement, GroupResource, ObjectRef, parse_critical_service
 from ..errors import MalformedManifest
+from ..graph import plan
 from ..manifests import Manifest
+from ..picture import Picture, to_gantt, to_svg
 from ..sim.cluster import Cluster, TeardownVerdict
-from ..sim.timeline import REMOVED, Event, render_text
-from ..snapshot import is_critical_service
+from ..sim.timeline import REMOVED, Event, render_text, to_picture
+from ..snapshot import build_state, is_critical_service
 from .plan import add_bundle_arguments, load_bundles
 
 WIDTH = 120  # fixed, so the output is the same in a terminal, a pipe and a test
@@ -53,7 +58,8 @@ def register(sub: Any) -> None:
     p.add_argument("--no-gate", action="store_true", help="run the same teardown without the gate")
     p.add_argument("--seed", type=int, default=0, metavar="N",
                    help="seed for the interleaving: request order, reconcile delays (default 0)")
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", choices=("text", "json", "gantt", "svg"), default="text",
+                   help="gantt: a Mermaid Gantt chart of the run (GitHub renders it); svg: the same as an SVG")
     p.add_argument("--legacy-namespace-deletion", action="store_true",
                    help="delete namespace content in any order (Kubernetes < 1.33) instead of pods first")
     p.add_argument("--repeat", type=float, metavar="SECONDS",
@@ -134,9 +140,24 @@ def run(args: argparse.Namespace) -> int:
         json.dump(to_json(cluster, verdict, args, warnings=teardown_warnings, services=services),
                   sys.stdout, indent=2)
         sys.stdout.write("\n")
+    elif args.output in ("gantt", "svg"):
+        drawn = picture(cluster, manifests, args)
+        sys.stdout.write(to_gantt(drawn) if args.output == "gantt" else to_svg(drawn))
     else:
         sys.stdout.write(to_text(cluster, verdict, args, warnings=teardown_warnings, services=services))
     return 0 if verdict.completed else 1
+
+
+def picture(cluster: Cluster, manifests: Sequence[Manifest], args: argparse.Namespace) -> Picture:
+    """The run as a picture, each object in its phase of the plan (`criticalsvc plan`) for the same bundle."""
+    state = build_state(manifests)
+    result = plan(sorted(state.objects(), key=lambda o: o.ref), state.critical_services(), state)
+    phases = {ref: i for i, phase in enumerate(result.phases, start=1) for ref in phase}
+    order = [(ref, None if m.marked is None else m.marked[0], None if m.gone is None else m.gone[0])
+             for ref, m in cluster.order()]
+    title = (f"Teardown of {', '.join(args.filename)} by {args.client}, gate {'off' if args.no_gate else 'on'}, "
+             f"seed {args.seed} (virtual time)")
+    return to_picture(cluster.timeline.events, order=order, describe=cluster.describe, phases=phases, title=title)
 
 
 def _services(manifests: Sequence[Manifest]) -> list[tuple[CriticalService, Manifest]]:

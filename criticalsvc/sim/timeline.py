@@ -8,19 +8,21 @@ at the same virtual instant, and the resourceVersion orders them the way the API
 
 Retrying clients repeat the same denied call many times (50 ms, 100 ms, ... 60 s); the text
 rendering folds such a run into its first line ("×12 until +63.2s") so the story stays readable,
-while the JSON keeps every call.
+while the JSON keeps every call. `to_picture` draws it as criticalsvc.picture's value: a bar per
+object, from its first DELETE to when it was gone, with its refusals.
 """
 
 from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from ..api import ObjectRef
+from ..picture import Bar, Picture
 
 # Outcomes actors record. "marked": deletionTimestamp set, finalizers pending; "deleted": gone at once;
 # "gone": removed by this call (last finalizer dropped, namespace finalized).
@@ -161,3 +163,31 @@ def render_text(events: Iterable[Event], *, short: Callable[[ObjectRef], str] = 
             lines.extend(textwrap.wrap(detail, width=width, initial_indent=indent, subsequent_indent=indent,
                                        break_on_hyphens=False))
     return "\n".join(lines) + "\n"
+
+
+def _deletes(e: Event) -> bool:
+    # A client's DELETE, the namespace controller's deletecollection, CRD cleanup's "DELETE (no admission)".
+    return e.verb.startswith("DELETE") or e.verb == "deletecollection"
+
+
+def to_picture(events: Iterable[Event], *, order: Sequence[tuple[ObjectRef, float | None, float | None]],
+               describe: Callable[[ObjectRef], str], phases: Mapping[ObjectRef, int], title: str) -> Picture:
+    """The teardown as a picture (criticalsvc.picture): a bar per object of `order` ((object, marked, gone)
+    in deletion order) from the first DELETE of it to when it was gone, its refusals, its plan phase."""
+    events = list(events)
+    first_delete: dict[ObjectRef, float] = {}
+    refusals: dict[ObjectRef, list[float]] = {}
+    for e in events:
+        if e.ref is None:
+            continue
+        if _deletes(e):
+            first_delete.setdefault(e.ref, e.time)
+        if e.outcome == DENIED:
+            refusals.setdefault(e.ref, []).append(e.time)
+    end = max([e.time for e in events] + [t for _r, m, g in order for t in (m, g) if t is not None], default=0.0)
+    bars = []
+    for ref, marked, gone in order:
+        known = [t for t in (first_delete.get(ref), marked, gone) if t is not None]
+        bars.append(Bar(describe(ref), phases.get(ref), min(known, default=end), end if gone is None else gone,
+                        marked=marked, refusals=tuple(refusals.get(ref, ())), gone=gone is not None))
+    return Picture(title, tuple(bars))
