@@ -54,10 +54,12 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield path
 
 
-def run_helm(helm: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    # Helm's own config, cache and data under the test's directory, and no cluster to talk to.
-    env = {**os.environ, "KUBECONFIG": os.devnull, "HELM_CONFIG_HOME": str(home / "config"),
-           "HELM_CACHE_HOME": str(home / "cache"), "HELM_DATA_HOME": str(home / "data")}
+def run_helm(helm: Path, *args: str, home: Path, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+    # Helm's own config, cache and data under the test's directory; no cluster unless one is given,
+    # and no proxy between helm and a loopback API server.
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env |= {"KUBECONFIG": str(kubeconfig or os.devnull), "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_CACHE_HOME": str(home / "cache"), "HELM_DATA_HOME": str(home / "data")}
     return subprocess.run([str(helm), *args], capture_output=True, text=True, env=env, timeout=120, check=False)
 
 
@@ -214,6 +216,15 @@ def test_replicas_and_image_render_what_the_matching_manifests_options_render(
     assert one(chart, "Deployment")["spec"]["replicas"] == 3
 
 
+def test_webhook_url_renders_what_manifests_webhook_url_renders(helm: Path, tmp_path: Path, cert_dir: Path) -> None:
+    """webhookURL (the gate outside the cluster) does what `criticalsvc manifests --webhook-url` does."""
+    url = "https://203.0.113.7:8443"
+    chart = template(helm, tmp_path, *tls_files(cert_dir), "--set", f"webhookURL={url}/")
+    assert_same_as_manifests(chart, manifests("--ca-bundle-from", str(cert_dir), "--webhook-url", url))
+    assert {w["clientConfig"]["url"] for w in webhooks(chart)} == {f"{url}/validate"}
+    assert not {"Deployment", "Service", "Secret"} & {o["kind"] for o in chart}
+
+
 def test_the_image_tag_defaults_to_the_app_version(helm: Path, tmp_path: Path) -> None:
     """Without image.tag the image is the chart's appVersion, which is criticalsvc's version."""
     container = one(template(helm, tmp_path, "--set", "image.pullPolicy=Always"),
@@ -327,8 +338,9 @@ def test_extra_reader_rules_are_aggregated_into_the_gates_cluster_role(helm: Pat
                "rbac.extraReaderRules[0].verbs[0]=delete"],
      "at '/rbac/extraReaderRules/0/verbs/0': value must be one of 'get', 'list', 'watch'"),
     (["--set", "tls.cert=true"], "at '/tls/cert': got boolean, want string"),
+    (["--set", "webhookURL=http://gate.example:8443"], "at '/webhookURL': 'http://gate.example:8443' does not match"),
 ], ids=["failurePolicy", "replicas-negative", "replicas-string", "pullPolicy", "tag", "quantity", "unknown",
-        "write-verb", "tls-not-text"])
+        "write-verb", "tls-not-text", "webhook-url-http"])
 def test_bad_values_are_refused_by_the_schema(helm: Path, tmp_path: Path, args: list[str], message: str) -> None:
     """values.schema.json refuses a bad value, naming where it is."""
     error = refusal(helm, tmp_path, *args)
@@ -355,3 +367,77 @@ def test_a_tls_value_that_is_not_pem_is_refused_without_quoting_it(helm: Path, t
     error = refusal(helm, tmp_path, *args)
     assert "tls.key: not PEM text (pass the file: --set-file tls.key=DIR/tls.key)" in error
     assert "secret" not in error
+
+
+def test_webhook_url_without_tls_files_is_refused(helm: Path, tmp_path: Path) -> None:
+    """A gate outside the cluster needs the certificates it serves with: webhookURL without tls.* says so."""
+    error = refusal(helm, tmp_path, "--set", "webhookURL=https://127.0.0.1:8443")
+    assert "webhookURL: the gate outside the cluster serves its own certificate; give tls.caCert/cert/key" in error
+
+
+# --- on a real control plane ------------------------------------------------------------------------
+
+def install_or_upgrade(helm: Path, tmp_path: Path, kubeconfig: Path, *args: str) -> None:
+    done = run_helm(helm, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+                    *args, home=tmp_path, kubeconfig=kubeconfig)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.realcluster
+def test_helm_install_on_a_real_control_plane_keeps_certificates_and_refuses_a_protected_deletion(
+        helm: Path, tmp_path: Path) -> None:
+    """`helm install` works on a real API server; an upgrade keeps the generated CA; with the gate serving, a
+    provider's DELETE is refused while its criteria are unmet (read through rbac.extraReaderRules)."""
+    from tests.realcluster.client import Client
+    from tests.realcluster.cluster import built_binaries
+    from tests.realcluster.controlplane import free_port, running
+    from tests.realcluster.gate import criticalsvc, outside_gate
+    from tests.realcluster.teardown import Story, wait_for
+
+    with running(built_binaries(), tmp_path / "plane") as plane:
+        kubeconfig = plane.admin_kubeconfig
+
+        def installed() -> tuple[Obj, set[str]]:
+            got = plane.kubectl("get", "secret/criticalsvc-tls", "validatingwebhookconfiguration/criticalsvc",
+                                "-n", NAMESPACE, "-o", "yaml")
+            assert got.returncode == 0, got.stderr
+            secret, config = yaml.safe_load(got.stdout)["items"]
+            return secret["data"], {w["clientConfig"]["caBundle"] for w in config["webhooks"]}
+
+        # In-cluster mode, certificates generated by the chart: an upgrade finds them and keeps them.
+        install_or_upgrade(helm, tmp_path, kubeconfig)
+        data, bundles = installed()
+        assert bundles == {data["ca.crt"]}
+        install_or_upgrade(helm, tmp_path, kubeconfig, "--set", "replicas=3")
+        assert installed() == (data, bundles)
+
+        # The gate outside the cluster (no kubelet runs pods here), reading the story's CRs by a value.
+        story = Story.make("helm")
+        cert_dir = tmp_path / "certs"
+        criticalsvc("certs", "--out", str(cert_dir), "--san", "127.0.0.1")
+        port = free_port()
+        rule = {"apiGroups": [story.group], "resources": ["coolresources"], "verbs": ["get", "list", "watch"]}
+        values = {"webhookURL": f"https://127.0.0.1:{port}", "rbac": {"extraReaderRules": [rule]}}
+        (tmp_path / "outside.yaml").write_text(yaml.safe_dump(values), encoding="utf-8")
+        install_or_upgrade(helm, tmp_path, kubeconfig, "--values", str(tmp_path / "outside.yaml"), *tls_files(cert_dir))
+        gate = outside_gate(plane, tmp_path / "gate", port=port, cert_dir=cert_dir)
+        admin = Client(kubeconfig)
+        try:
+            gate.start()
+            for _ in range(2):  # twice: the CRs need their CRD first
+                plane.kubectl("apply", "-f", "-", input=story.text)
+                plane.kubectl("wait", "--for=condition=Established", f"crd/{story.crd_name}", "--timeout=60s")
+
+            def denial() -> str:
+                response = admin.delete(story.deployment_path, params={"dryRun": "All"})
+                return str(response.json().get("message", "")) if response.status_code == 403 else ""
+
+            wait_for(lambda: "objects still carry finalizer" in denial(), timeout=60,
+                     what="the gate to refuse the provider's DELETE for its CRs' finalizer")
+            response = admin.delete(story.deployment_path)
+            assert response.status_code == 403
+            assert 'admission webhook "workloads.gate.criticalsvc.io" denied the request' in response.json()["message"]
+            assert admin.exists(story.deployment_path)
+        finally:
+            admin.close()
+            gate.stop()
