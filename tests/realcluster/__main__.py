@@ -1,6 +1,6 @@
 """`python -m tests.realcluster build|up`: the real control plane for people (`nox -s realcluster -- ...`).
 
-    build [--kubernetes 1.37|1.34]          build the binaries into the cache (once per version)
+    build [--kubernetes 1.37|1.34]          build the binaries and helm into the cache (once per version)
     up [--kubeconfig-out PATH] [--kubernetes 1.37|1.34] [--replicas N] [--dir DIR]
                                             start etcd, kube-apiserver, kube-controller-manager and
                                             the gate (installed as a user installs it); run until Ctrl-C
@@ -33,12 +33,14 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--replicas", type=int, default=1, help="gate replicas (default: %(default)s)")
             p.add_argument("--dir", type=Path, help="keep the run's files (logs, etcd, certificates) here")
     args = parser.parse_args(argv)
-    reason = build.missing_toolchain() if build.cached(args.kubernetes) is None else None
+    complete = build.cached(args.kubernetes) is not None and (args.command == "up" or build.cached_helm() is not None)
+    reason = None if complete else build.missing_toolchain()
     if reason is not None:
         print(f"realcluster: {reason}", file=sys.stderr)
         return 2
     binaries = build.ensure_built(args.kubernetes)
     if args.command == "build":
+        build.ensure_helm()
         print(binaries.kube_apiserver.parent)
         return 0
     return _up(binaries, args)

@@ -156,6 +156,13 @@ def install(plane: ControlPlane, directory: Path) -> InstalledGate:
     applied = plane.kubectl("apply", "-f", "-", input=manifests)
     if applied.returncode != 0:
         raise ControlPlaneError(f"kubectl apply of the install failed: {applied.stderr.strip()}")
+    return outside_gate(plane, directory, port=port, cert_dir=cert_dir)
+
+
+def outside_gate(plane: ControlPlane, directory: Path, *, port: int, cert_dir: Path) -> InstalledGate:
+    """The gate of an install whose webhooks call https://127.0.0.1:PORT (by `criticalsvc manifests` or the
+    Helm chart): a kubeconfig with its ServiceAccount's token, and the serving pair from `cert_dir`."""
+    directory.mkdir(parents=True, exist_ok=True)
     token = plane.kubectl("create", "token", SERVICE_ACCOUNT, "-n", GATE_NAMESPACE, "--duration", TOKEN_DURATION)
     if token.returncode != 0:
         raise ControlPlaneError(f"kubectl create token failed: {token.stderr.strip()}")
