@@ -324,6 +324,19 @@ def test_extra_reader_rules_are_aggregated_into_the_gates_cluster_role(helm: Pat
     assert [o for o in template(helm, tmp_path) if o["metadata"]["name"] == "criticalsvc-reader-extra"] == []
 
 
+def test_replay_rules_are_aggregated_into_the_replay_role_and_none_by_default(helm: Path, tmp_path: Path) -> None:
+    """rbac.replayRules become a ClusterRole aggregated into criticalsvc-replay; without them the gate may delete nothing."""
+    rules = [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["delete"]}]
+    chart = template(helm, tmp_path, values={"rbac": {"replayRules": rules}})
+    extra = one(chart, "ClusterRole", "criticalsvc-replay-extra")
+    assert extra["rules"] == rules
+    replay = one(chart, "ClusterRole", "criticalsvc-replay")
+    assert replay["rules"] == []
+    assert replay["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"].items() <= \
+        extra["metadata"]["labels"].items()
+    assert [o for o in template(helm, tmp_path) if o["metadata"]["name"] == "criticalsvc-replay-extra"] == []
+
+
 # --- bad values -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -337,10 +350,13 @@ def test_extra_reader_rules_are_aggregated_into_the_gates_cluster_role(helm: Pat
     (["--set", "rbac.extraReaderRules[0].apiGroups[0]=x,rbac.extraReaderRules[0].resources[0]=y,"
                "rbac.extraReaderRules[0].verbs[0]=delete"],
      "at '/rbac/extraReaderRules/0/verbs/0': value must be one of 'get', 'list', 'watch'"),
+    (["--set", "rbac.replayRules[0].apiGroups[0]=apps,rbac.replayRules[0].resources[0]=deployments,"
+               "rbac.replayRules[0].verbs[0]=update"],
+     "at '/rbac/replayRules/0/verbs/0': value must be 'delete'"),
     (["--set", "tls.cert=true"], "at '/tls/cert': got boolean, want string"),
     (["--set", "webhookURL=http://gate.example:8443"], "at '/webhookURL': 'http://gate.example:8443' does not match"),
 ], ids=["failurePolicy", "replicas-negative", "replicas-string", "pullPolicy", "tag", "quantity", "unknown",
-        "write-verb", "tls-not-text", "webhook-url-http"])
+        "write-verb", "replay-verb", "tls-not-text", "webhook-url-http"])
 def test_bad_values_are_refused_by_the_schema(helm: Path, tmp_path: Path, args: list[str], message: str) -> None:
     """values.schema.json refuses a bad value, naming where it is."""
     error = refusal(helm, tmp_path, *args)
