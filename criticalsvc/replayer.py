@@ -25,7 +25,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from . import replay
-from .api import CRITICAL_SERVICES, NAMESPACES, REPLAY_DELETION_ANNOTATION, GroupResource, ReplayDeletion
+from .api import (
+    CRITICAL_SERVICES,
+    NAMESPACES,
+    REPLAY_DELETION_ANNOTATION,
+    GroupResource,
+    ObjectRef,
+    ReplayDeletion,
+)
 from .cache.transport import APIError, APIStatusError
 from .decision import AdmissionRequest, Decision
 from .errors import InvalidInput, StateUnavailable
@@ -39,7 +46,8 @@ log = get_logger("criticalsvc.replay")
 INTERVAL = 1.0  # a leader round; replay.plan is cheap and the list is one request
 IDLE_INTERVAL = 30.0  # with no CriticalService asking for replay: only sweep leftover records
 REQUEST_TIMEOUT = 5.0
-ACCESS_TTL = 60.0  # how long a SelfSubjectAccessReview answer is trusted
+ACCESS_TTL = 60.0  # how long a SelfSubjectAccessReview's "allowed" is trusted
+DENIED_TTL = 5.0  # ... and a "denied": an operator who just added the grant should see it soon
 AGGREGATE_LABEL = "criticalsvc.io/aggregate-to-replay"
 
 
@@ -240,14 +248,23 @@ class LiveReplayer:
 
     def _event(self, intent: replay.DeletionIntent, reason: str, message: str, *, warning: bool) -> None:
         t = self.mapper.lookup(intent.target.group_resource)
-        if t is None:
-            return
+        if t is None or self._namespace_going(intent.target.namespace):
+            return  # an Event in a terminating namespace is refused, and would go with it anyway
         involved = {"apiVersion": f"{t.group}/{t.version}" if t.group else t.version, "kind": t.kind,
                     "name": intent.target.name, "uid": intent.uid}
         if intent.target.namespace:
             involved["namespace"] = intent.target.namespace
         self.post_event(object_event(involved=involved, reason=reason, message=message, now=self.clock(),
                                      warning=warning))
+
+    def _namespace_going(self, namespace: str) -> bool:
+        if not namespace:
+            return False
+        try:
+            obj = self.source.state.get(ObjectRef(NAMESPACES, "", namespace))
+        except StateUnavailable:
+            return False
+        return obj is None or obj.terminating
 
     # --- may the gate delete what it would replay? --------------------------------------------------
     async def _check_access(self, state: ClusterState) -> None:
@@ -260,7 +277,7 @@ class LiveReplayer:
         now = self.clock()
         for gr in sorted(wanted):
             checked = self._access.get(gr)
-            if checked is not None and now - checked[0] < ACCESS_TTL:
+            if checked is not None and now - checked[0] < (ACCESS_TTL if checked[1] else DENIED_TTL):
                 continue
             review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                       "spec": {"resourceAttributes": {"verb": "delete", "group": gr.group, "resource": gr.resource}}}

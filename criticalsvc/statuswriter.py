@@ -31,6 +31,8 @@ from .status import compute_status, same_status
 log = structlog.get_logger("criticalsvc.status")
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15, 10, 2
+# The generated client sets no timeout of its own: one hung write would stop every later Event.
+EVENT_TIMEOUT = 5.0
 
 
 class StateSource(Protocol):
@@ -175,13 +177,15 @@ class StatusWriter:
                     await core.patch_namespaced_event(
                         name, ns, {"count": event["count"], "lastTimestamp": event["lastTimestamp"],
                                    "message": event["message"]},
-                        _content_type="application/merge-patch+json")
+                        _content_type="application/merge-patch+json", _request_timeout=EVENT_TIMEOUT)
                 else:
                     model = client.CoreV1Event.from_dict(event)
                     assert model is not None  # from_dict returns None only for None input
-                    await core.create_namespaced_event(ns, model)
+                    await core.create_namespaced_event(ns, model, _request_timeout=EVENT_TIMEOUT)
             except Exception as exc:
-                log.warning("event write failed", event=name, error=str(exc))
+                # Not `event=`: structlog's first argument is the event, and a clash raised TypeError here,
+                # which ended this task - after the first failed write no Event was ever written again.
+                log.warning("event write failed", event_name=name, namespace=ns, error=str(exc))
 
 
 def _lease_lock(name: str, namespace: str, identity: str, api_client: Any) -> Any:

@@ -180,3 +180,29 @@ def test_a_recreated_critical_service_gets_a_status_of_its_own(cluster):
     created = recreated["metadata"]["creationTimestamp"]
     assert recreated["status"]["conditions"], recreated
     assert all(c["lastTransitionTime"] >= created for c in recreated["status"]["conditions"])
+
+
+def test_a_failed_event_write_does_not_stop_later_events(cluster):
+    """An Event the API server refuses (its namespace is gone) is logged and skipped; the next one is written.
+    (The writer's task used to end at the first failure, and no Event was written after it.)"""
+    from criticalsvc.events import object_event
+
+    store, url = cluster
+
+    def replayed() -> list[Any]:
+        return [e for e in httpx.get(f"{url}/api/v1/namespaces/default/events").json()["items"]
+                if e["reason"] == "DeletionReplayed"]
+
+    async def main() -> Any:
+        writer = _writer(store, url, "replica-a")
+        lost = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x", "uid": "u1", "namespace": "no-such-ns"}
+        kept = {"apiVersion": "v1", "kind": "Namespace", "name": "finalizer-namespace", "uid": "u2"}
+        writer.post_event(object_event(involved=lost, reason="DeletionReplayed", message="lost", now=time.time()))
+        writer.post_event(object_event(involved=kept, reason="DeletionReplayed", message="kept", now=time.time()))
+        try:
+            return await _run_for([writer.run_events()], replayed)
+        finally:
+            await writer.api_client.close()
+
+    (event,) = asyncio.run(main())
+    assert event["message"] == "kept"
