@@ -48,13 +48,18 @@ CLIENT_WORDS = {
 }
 
 
+from ..sim.clients import CLIENTS  # noqa: E402 - the simulator is only imported by the commands that use it
+
+
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "simulate", help="delete a bundle in a simulated cluster and show the order the gate enforces",
         description=__doc__.splitlines()[0] if __doc__ else None)
     add_bundle_arguments(p)
-    p.add_argument("--client", choices=("manifestwork", "kubectl", "namespace"), default="manifestwork",
-                   help="who deletes the bundle (default: manifestwork)")
+    p.add_argument("--client", choices=CLIENTS, default="manifestwork",
+                   help="who deletes the bundle (default: manifestwork); gc-background/gc-foreground delete its root "
+                        "owners and leave the rest to the garbage collector; ideal deletes each object the moment the "
+                        "gate allows it (the shortest possible teardown)")
     p.add_argument("--no-gate", action="store_true", help="run the same teardown without the gate")
     p.add_argument("--seed", type=int, default=0, metavar="N",
                    help="seed for the interleaving: request order, reconcile delays (default 0)")

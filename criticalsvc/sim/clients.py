@@ -11,6 +11,11 @@
                         in namespaces the bundle does not own) it deletes itself. Retries like the
                         ManifestWork agent — a tenant-removal controller, not a person.
 
+    OwnerDelete         a garbage-collected teardown: deletes the bundle's roots (objects no other object of
+                        the bundle owns) once, with Background or Foreground propagation, and leaves
+                        their dependents to the garbage collector (which retries a refusal with backoff
+                        up to 1000 s, controllers.py) - the way an Argo CD Application or a Helm-like
+                        owner object takes a stack down.
     IdealDelete         the yardstick, not a real deleter: after every change it deletes each object whose
                         DELETE the gate would allow now (it asks with a dry run first, so it is never
                         refused), and nothing else - each phase starts the moment the previous one
@@ -34,7 +39,7 @@ from .engine import Engine
 from .store import StatusError, Store
 from .timeline import NOT_FOUND, Timeline
 
-CLIENTS = ("manifestwork", "kubectl", "namespace", "ideal")
+CLIENTS = ("manifestwork", "kubectl", "namespace", "gc-background", "gc-foreground", "ideal")
 
 
 class Client:
@@ -185,6 +190,39 @@ class KubectlDelete(Client):
                 f"({self.runs} run{'s' if self.runs != 1 else ''})")
 
 
+class OwnerDelete(Client):
+    """Deletes the bundle's roots once; the garbage collector deletes the rest."""
+
+    retrying = True  # the garbage collector retries for it
+
+    def __init__(self, refs: Iterable[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
+                 rng: random.Random, propagation: str) -> None:
+        super().__init__(refs, store=store, engine=engine, timeline=timeline, rng=rng, actor="owner-delete",
+                         user="kubernetes-admin")
+        self.propagation = propagation
+
+    def roots(self) -> list[ObjectRef]:
+        uids = {}
+        for ref in self.refs:
+            obj = self.store.get(ref.group_resource, ref.namespace, ref.name)
+            if obj is not None:
+                uids[obj["metadata"].get("uid")] = ref
+        roots = []
+        for ref in self.refs:
+            obj = self.store.get(ref.group_resource, ref.namespace, ref.name)
+            owners = (obj or {}).get("metadata", {}).get("ownerReferences") or []
+            if obj is not None and not any(o.get("uid") in uids for o in owners):
+                roots.append(ref)
+        return roots
+
+    def start(self, delay: float = 0.0) -> None:
+        self.engine.schedule(delay, lambda: [self._delete(r, self.propagation) for r in self.roots()])
+
+    def describe(self) -> str:
+        return (f"deletes the bundle's root owners ({self.propagation} propagation) and leaves the rest to the "
+                "garbage collector, which retries a refusal with backoff up to 1000 s")
+
+
 class IdealDelete(Client):
     """The critical-path deleter: deletes what the gate allows, the moment it allows it."""
 
@@ -235,9 +273,12 @@ def make_client(kind: str, refs: Sequence[ObjectRef], *, store: Store, engine: E
         return NamespaceDelete(refs, bundle=bundle, store=store, engine=engine, timeline=timeline, rng=rng)
     if kind == "kubectl":
         return KubectlDelete(refs, repeat=repeat, store=store, engine=engine, timeline=timeline, rng=rng)
+    if kind in ("gc-background", "gc-foreground"):
+        return OwnerDelete(refs, store=store, engine=engine, timeline=timeline, rng=rng,
+                           propagation="Foreground" if kind == "gc-foreground" else "Background")
     if kind == "ideal":
         return IdealDelete(refs, store=store, engine=engine, timeline=timeline, rng=rng)
     raise ValueError(f"unknown client {kind!r}; expected one of {', '.join(CLIENTS)}")
 
 
-__all__ = ["CLIENTS", "Client", "IdealDelete", "KubectlDelete", "ManifestWorkAgent", "NamespaceDelete", "make_client"]
+__all__ = ["CLIENTS", "Client", "IdealDelete", "KubectlDelete", "OwnerDelete", "ManifestWorkAgent", "NamespaceDelete", "make_client"]
