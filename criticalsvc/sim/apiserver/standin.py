@@ -95,14 +95,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef
-from ..labels import LabelSelector, Requirement
-from ..restmapper import WELL_KNOWN, ResourceType, group_version_path
-from ..timestamps import format_rfc3339
-from . import protobuf, tables
-from . import schema as crd_schema
-from .engine import Callback, Engine, RealTimeEngine
-from .store import DeleteResult, StatusError, Store, WatchEvent, not_found
+from ...api import CRDS, CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef
+from ...labels import LabelSelector, Requirement
+from ...restmapper import WELL_KNOWN, ResourceType, group_version_path
+from ...timestamps import format_rfc3339
+from .. import protobuf, tables
+from .. import schema as crd_schema
+from ..engine import Callback, Engine, RealTimeEngine
+from ..store import DeleteResult, StatusError, Store, WatchEvent, not_found
 
 __all__ = [
     "BUILTIN_NAMESPACES",
@@ -172,7 +172,7 @@ NOT_BUILTIN_GROUPS = frozenset({"criticalsvc.io", "work.open-cluster-management.
 BUILTIN = frozenset({t.group_resource for t in (*WELL_KNOWN, *EXTRA_TYPES) if t.group not in NOT_BUILTIN_GROUPS})
 DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
-DEFAULT_CRD_PATH = Path(__file__).resolve().parents[2] / "api" / "criticalservices.criticalsvc.io.yaml"
+DEFAULT_CRD_PATH = Path(__file__).resolve().parents[3] / "api" / "criticalservices.criticalsvc.io.yaml"
 # The API server picks a watch timeout between 30 and 60 min (--min-request-timeout 1800 s).
 DEFAULT_WATCH_TIMEOUT = 1800.0
 # The watch cache sends a bookmark about once a minute.
