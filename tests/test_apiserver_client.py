@@ -27,7 +27,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from criticalsvc.api import GroupResource, ObjectRef
-from criticalsvc.sim.apiserver import ServerThread, StandIn
+from criticalsvc.sim.apiserver.server import ServerThread
+from criticalsvc.sim.apiserver.standin import StandIn
 from criticalsvc.sim.kubeconfig import write_kubeconfig
 from criticalsvc.sim.store import RegisteredWebhook, StatusError, Store, WebhookRule
 from criticalsvc.sim.webhook_client import WebhookClient

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from criticalsvc.sim.apiserver import ServerThread, StandIn
+from criticalsvc.sim.apiserver.server import ServerThread
+from criticalsvc.sim.apiserver.standin import StandIn
 from criticalsvc.sim.kubeconfig import write_kubeconfig
 from criticalsvc.sim.store import RegisteredWebhook, Store, gate_hook
 

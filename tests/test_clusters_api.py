@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from criticalsvc.sim import protobuf, tables
-from criticalsvc.sim.apiserver import warning_headers
+from criticalsvc.sim.apiserver.responses import warning_headers
 from tests.backends import Backend, deployment_manifest, ok, unique
 from tests.realcluster import build
 from tests.realcluster.teardown import wait_for

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from criticalsvc.sim import schema as S
-from criticalsvc.sim.apiserver import StandIn
+from criticalsvc.sim.apiserver.standin import StandIn
 from criticalsvc.sim.store import RegisteredWebhook, Store, gate_hook
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@
 when an object of a CRD-served type is created (`old=None`), updated or patched (`old` = the stored
 object: unchanged parts are *ratcheted*), or when its status subresource is written
 (`status_only=True`). `invalid_status()` turns them into the 422 `Invalid` metav1.Status. The API-server
-stand-in (apiserver.py) calls both after defaulting and before the admission webhooks, as the real
+stand-in (sim/apiserver/strategy.py) calls both after defaulting and before the admission webhooks, as the real
 server's registry does (rest.BeforeCreate / BeforeUpdate run strategy validation before the
 validating-admission callback).
 

@@ -207,7 +207,7 @@ class Store:
         self._listeners: list[Callable[[WatchEvent], None]] = []
         self._uids = (f"00000000-0000-4000-8000-{i:012d}" for i in itertools.count(1))
         self._review_ids = itertools.count(1)
-        # Entered around every webhook call. The HTTP stand-in (sim/apiserver.py) lets readers in
+        # Entered around every webhook call. The HTTP stand-in (sim/apiserver/standin.py) lets readers in
         # while a write waits on a webhook, so a webhook that reads the API server back does not deadlock.
         self.around_webhook_call: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
         # Warnings of webhook replies, recorded even on denial [D1]; the HTTP face clears this before a
