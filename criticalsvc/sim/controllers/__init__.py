@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from ..api import (
+from ...api import (
     CRDS,
     CRITICAL_SERVICES,
     NAMESPACES,
@@ -42,14 +42,14 @@ from ..api import (
     ObjectRef,
     parse_critical_service,
 )
-from ..backoff import Backoff
-from ..errors import InvalidInput
-from ..objects import KubeObject
-from ..restmapper import resource_type_from_crd
-from ..timestamps import format_rfc3339
-from .engine import Engine
-from .store import CRD_CLEANUP_FINALIZER, NAMESPACE_FINALIZER, DeleteResult, StatusError, Store, WatchEvent
-from .timeline import DELETED, DENIED, FAILED, GONE, MARKED, NOT_RUNNING, REMOVED, STATUS, Timeline
+from ...backoff import Backoff
+from ...errors import InvalidInput
+from ...objects import KubeObject
+from ...restmapper import resource_type_from_crd
+from ...timestamps import format_rfc3339
+from ..engine import Engine
+from ..store import CRD_CLEANUP_FINALIZER, NAMESPACE_FINALIZER, DeleteResult, StatusError, Store, WatchEvent
+from ..timeline import DELETED, DENIED, FAILED, GONE, MARKED, NOT_RUNNING, REMOVED, STATUS, Timeline
 
 K = TypeVar("K", bound=Hashable)
 
