@@ -124,7 +124,7 @@ async def embedded_cluster(*, host: str, port: int, kubeconfig_out: Path,
     gate is registered and ready)."""
     from .sim.apiserver.server import serve
     from .sim.apiserver.standin import StandIn, StandInEngine
-    from .sim.controllers import start_controllers
+    from .sim.controllers.manager import start_controllers
     from .sim.store import Store
 
     store = Store(clock=time.time)

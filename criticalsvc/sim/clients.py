@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 from ..api import NAMESPACES, ObjectRef
 from ..backoff import Backoff
-from .controllers import _outcome, describe_error
+from .controllers.base import delete_outcome, describe_error
 from .engine import Engine
 from .store import StatusError, Store
 from .timeline import NOT_FOUND, Timeline
@@ -68,7 +68,7 @@ class Client:
             self.timeline.record(self.actor, "DELETE", ref, describe_error(exc), exc.message)
             return False
         self.refused.pop(ref, None)
-        outcome, reason = _outcome(result)
+        outcome, reason = delete_outcome(result)
         self.timeline.record(self.actor, "DELETE", ref, outcome, reason)
         return True
 

@@ -37,7 +37,9 @@ from ..manifests import Manifest
 from ..objects import project
 from ..restmapper import resource_type_from_crd
 from .clients import CLIENTS, Client, make_client
-from .controllers import FOREGROUND, ORPHAN, Controllers, FinalizerController, start_controllers
+from .controllers.finalizers import FinalizerController
+from .controllers.garbagecollector import FOREGROUND, ORPHAN
+from .controllers.manager import Controllers, start_controllers
 from .engine import Engine, VirtualEngine
 from .store import (
     CRD_CLEANUP_FINALIZER,
