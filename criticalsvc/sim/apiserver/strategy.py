@@ -15,7 +15,10 @@ from typing import Any
 
 from ...api import NAMESPACES, ObjectRef
 from ...restmapper import ResourceType
-from .. import schema as crd_schema
+from ..schema.defaulting import apply_defaults
+from ..schema.fielderrors import invalid_status
+from ..schema.validation import served_schema
+from ..schema.validation import validate as validate_schema
 from ..store import StatusError, Store, not_found
 from .bodies import dry_run
 from .registry import BUILTIN, has_status, stored_crd
@@ -58,13 +61,13 @@ def validate(store: Store, t: ResourceType, obj: Mapping[str, Any], current: Map
     rv = (obj.get("metadata") or {}).get("resourceVersion")
     if current is not None and rv and rv != (current.get("metadata") or {}).get("resourceVersion"):
         return
-    found = crd_schema.served_schema(crd, t.version)
+    found = served_schema(crd, t.version)
     if found is None:
         return
-    errors = crd_schema.validate(obj, found, current, status_only=status)
+    errors = validate_schema(obj, found, current, status_only=status)
     if errors:
         name = str((obj.get("metadata") or {}).get("name") or "")
-        status_body = crd_schema.invalid_status(t.group, t.kind, name, errors)
+        status_body = invalid_status(t.group, t.kind, name, errors)
         raise StatusError(422, "Invalid", status_body["message"], details=status_body["details"])
 
 
@@ -99,24 +102,3 @@ def write_status(store: Store, t: ResourceType, ref: ObjectRef, new: Mapping[str
         raise not_found(t.group_resource, ref.name)
     return obj
 
-
-def apply_defaults(value: Any, schema: Mapping[str, Any]) -> None:
-    """structuraldefaulting.Default: fill missing (or null, unless nullable) properties with their
-    schema `default`, then recurse into properties, additionalProperties and array items."""
-    if isinstance(value, dict):
-        found = schema.get("properties")
-        properties: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-        for key, prop in properties.items():
-            if isinstance(prop, Mapping) and "default" in prop and (
-                    key not in value or (value[key] is None and not prop.get("nullable"))):
-                value[key] = copy.deepcopy(prop["default"])
-        extra = schema.get("additionalProperties")
-        for key, item in value.items():
-            prop = properties.get(key)
-            if isinstance(prop, Mapping):
-                apply_defaults(item, prop)
-            elif isinstance(extra, Mapping):
-                apply_defaults(item, extra)
-    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        for item in value:
-            apply_defaults(item, schema["items"])
