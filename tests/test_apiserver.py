@@ -23,8 +23,9 @@ from criticalsvc.sim.apiserver.selectors import parse_label_selector_text
 from criticalsvc.sim.apiserver.standin import StandIn, StandInEngine
 from criticalsvc.sim.cluster import Cluster
 from criticalsvc.sim.engine import Engine
-from criticalsvc.sim.store import RegisteredWebhook, Store, WebhookRule, gate_hook
+from criticalsvc.sim.store import Store, gate_hook
 from criticalsvc.sim.webhook_client import register_webhooks
+from criticalsvc.sim.webhooks import RegisteredWebhook, WebhookRule
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTECTED = DELETION_PROTECTED_LABEL

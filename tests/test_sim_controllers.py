@@ -14,7 +14,7 @@ from criticalsvc.manifests import load_text
 from criticalsvc.sim.cluster import Cluster
 from criticalsvc.sim.controllers.workqueue import WorkQueue
 from criticalsvc.sim.engine import VirtualEngine
-from criticalsvc.sim.store import RegisteredWebhook, WebhookRule
+from criticalsvc.sim.webhooks import RegisteredWebhook, WebhookRule
 
 DEPLOYMENTS = GroupResource("apps", "deployments")
 CONFIGMAPS = GroupResource("", "configmaps")

@@ -21,7 +21,8 @@ from criticalsvc.sim.apiserver.standin import StandIn
 from criticalsvc.sim.schema.fielderrors import FieldError, aggregate, invalid_status
 from criticalsvc.sim.schema.goformat import go_float
 from criticalsvc.sim.schema.validation import served_schema, validate
-from criticalsvc.sim.store import RegisteredWebhook, Store, gate_hook
+from criticalsvc.sim.store import Store, gate_hook
+from criticalsvc.sim.webhooks import RegisteredWebhook
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = yaml.safe_load((ROOT / "api" / "criticalservices.criticalsvc.io.yaml").read_text(encoding="utf-8"))

@@ -44,13 +44,13 @@ from .engine import Engine, VirtualEngine
 from .store import (
     CRD_CLEANUP_FINALIZER,
     NAMESPACE_FINALIZER,
-    RegisteredWebhook,
     StatusError,
     Store,
     WatchEvent,
     gate_hook,
 )
 from .timeline import Timeline, gate_message
+from .webhooks import RegisteredWebhook
 
 STALL_WINDOW = 1200.0
 MAX_TIME = 7 * 24 * 3600.0  # a safety net far beyond any backoff: a week of virtual time

@@ -44,7 +44,8 @@ import httpx
 from ..api import NAMESPACES, GroupResource
 from ..errors import CriticalsvcError, InvalidInput, InvalidSpec
 from ..labels import LabelSelector, parse_label_selector
-from .store import EXEMPT, RegisteredWebhook, Store, WebhookRule, selects
+from .store import Store
+from .webhooks import EXEMPT, RegisteredWebhook, WebhookRule, selects
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
