@@ -1,6 +1,6 @@
 """criticalsvc.sim.schema: custom resources validated as kube-apiserver validates them, word for word.
 
-The expected texts follow the upstream sources named in schema.py's docstring (kube-openapi's messages,
+The expected texts follow the upstream sources named in sim/schema's docstring (kube-openapi's messages,
 kubeOpenAPIResultToFieldErrors, field.Error.ErrorBody, the CEL validator, errors.NewInvalid); the
 Bogus-type case is the one measured on a real 1.37 API server (tests/test_clusters_scenarios.py
 checks it on both backends). Then the stand-in answers such writes with that 422 before any webhook.

@@ -11,7 +11,7 @@
                         in namespaces the bundle does not own) it deletes itself. Retries like the
                         ManifestWork agent — a tenant-removal controller, not a person.
 
-The garbage collector's retrying client is part of the garbage collector (controllers.py).
+The garbage collector's retrying client is part of the garbage collector (controllers/garbagecollector.py).
 Clients, like controllers, only call the store and `engine.schedule`.
 """
 
