@@ -2,7 +2,7 @@
 
     python -m benchmarks coldstart [--objects 100000] [--load-budget 60] [--json]
 
-The API server is the stand-in (criticalsvc.sim.apiserver.StandIn over a sim Store, served over
+The API server is the stand-in (criticalsvc.sim.apiserver.standin.StandIn over a sim Store, served over
 plain HTTP on its own thread by ServerThread); the client is what `criticalsvc serve --kubeconfig`
 runs: `connect(kubeconfig=...)`, KubeTransport, CacheState, `wait_ready()`. The store holds one
 operator (Namespace, provider Deployment, CRD, CriticalService with a Finalizer criterion on the
@@ -118,7 +118,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
-    from criticalsvc.sim.apiserver import ServerThread, StandIn
+    from criticalsvc.sim.apiserver.server import ServerThread
+    from criticalsvc.sim.apiserver.standin import StandIn
     from criticalsvc.sim.kubeconfig import write_kubeconfig
 
     store, loaded = load(args.objects, args.load_budget)

@@ -63,7 +63,7 @@ def _webhook_configuration() -> dict[str, Any]:
 
 
 def _crd_manifest() -> dict[str, Any] | None:
-    from .sim.apiserver import DEFAULT_CRD_PATH
+    from .sim.apiserver.standin import DEFAULT_CRD_PATH
 
     for candidate in (DEFAULT_CRD_PATH, Path(sys.prefix) / "share/criticalsvc/api" / DEFAULT_CRD_PATH.name):
         if candidate.is_file():
@@ -122,8 +122,9 @@ async def embedded_cluster(*, host: str, port: int, kubeconfig_out: Path,
     The kubeconfig is written then, unless `write_kubeconfig_now` is False: then the caller calls
     `cluster.write_kubeconfig()` when the cluster is ready for kubectl (`serve --embedded`: once the
     gate is registered and ready)."""
-    from .sim.apiserver import StandIn, StandInEngine, serve
-    from .sim.controllers import start_controllers
+    from .sim.apiserver.server import serve
+    from .sim.apiserver.standin import StandIn, StandInEngine
+    from .sim.controllers.manager import start_controllers
     from .sim.store import Store
 
     store = Store(clock=time.time)

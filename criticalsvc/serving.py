@@ -44,42 +44,13 @@ from typing import Any
 
 import attrs
 import hypercorn.asyncio
-from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.config import Config, Sockets
 
 from .errors import InvalidInput
+from .hypercornpatch import release_connections_closed_while_idle
 from .logs import get_logger
 from .metrics import Metrics
 from .server import Webhook
-
-
-def _release_connections_closed_while_idle() -> None:
-    """Free a connection as soon as its client closes it, not when the keep-alive timer runs out.
-
-    hypercorn 0.18 ignores a close that arrives between requests (H11Protocol.handle(Closed()) does
-    nothing without a stream), so TCPServer.run's task group waits for the idle task: for
-    keep_alive_timeout (120 s, which must stay above the API server's 90 s idle close) the socket,
-    its TLS object and buffers (~285 KiB) stay allocated. A client that connects and disconnects
-    often (a misbehaving one, or a probe) could hold gigabytes that way. Measured by the soak
-    benchmark's churn check (benchmarks/soak.py): 285 KiB kept per closed connection before, 3 KiB
-    after; tests/test_soak.py guards it. Stopping the idle task once the reading loop has ended
-    (the peer is gone) lets the task group finish at once; hypercorn's own _close does the same.
-    """
-    read_data = getattr(TCPServer, "_read_data", None)
-    if read_data is None or getattr(read_data, "_criticalsvc_releases_idle", False):
-        return  # another hypercorn layout (the churn test tells whether it still needs this) or done
-
-    async def _read_data_then_stop_idle(self: Any) -> None:
-        try:
-            await read_data(self)
-        finally:
-            await self.idle_task.stop()
-
-    _read_data_then_stop_idle._criticalsvc_releases_idle = True  # type: ignore[attr-defined]
-    TCPServer._read_data = _read_data_then_stop_idle  # type: ignore[method-assign]
-
-
-_release_connections_closed_while_idle()
 
 # Longer than the API server's idle-connection timeout (Go net/http: 90 s), see the module docstring.
 KEEP_ALIVE_TIMEOUT = 120.0
@@ -292,6 +263,9 @@ class Service:
         self.webhook = webhook
         self.cert_check_interval = cert_check_interval
         self._service_log = get_logger("criticalsvc.serving")
+        patched = release_connections_closed_while_idle()
+        if not patched.applied:
+            self._service_log.warning(patched.message)
         webhook_sock = _bind(listen, "--listen")
         try:
             ops_sock = _bind(ops_listen, "--ops-listen") if ops_listen is not None else None

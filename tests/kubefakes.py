@@ -25,7 +25,8 @@ import orjson
 
 from criticalsvc.cache.transport import APIError, APIStatusError, TransportError
 from criticalsvc.manifests import load_path
-from criticalsvc.sim.apiserver import ServerThread, StandIn
+from criticalsvc.sim.apiserver.server import ServerThread
+from criticalsvc.sim.apiserver.standin import StandIn
 from criticalsvc.sim.store import Store
 
 STORY = "api/examples/reference-story.yaml"

@@ -16,19 +16,16 @@ import pytest
 
 from criticalsvc.api import DELETION_PROTECTED_LABEL, NAMESPACES, GroupResource, ObjectRef
 from criticalsvc.manifests import load_path
-from criticalsvc.sim.apiserver import (
-    DISCOVERY_V2,
-    OPENAPI_V2_PROTOBUF,
-    StandIn,
-    StandInEngine,
-    json_patch,
-    parse_label_selector_text,
-    strategic_merge_patch,
-)
+from criticalsvc.sim.apiserver.discovery import DISCOVERY_V2
+from criticalsvc.sim.apiserver.openapi import OPENAPI_V2_PROTOBUF
+from criticalsvc.sim.apiserver.patches import json_patch, strategic_merge_patch
+from criticalsvc.sim.apiserver.selectors import parse_label_selector_text
+from criticalsvc.sim.apiserver.standin import StandIn, StandInEngine
 from criticalsvc.sim.cluster import Cluster
 from criticalsvc.sim.engine import Engine
-from criticalsvc.sim.store import RegisteredWebhook, Store, WebhookRule, gate_hook
+from criticalsvc.sim.store import Store, gate_hook
 from criticalsvc.sim.webhook_client import register_webhooks
+from criticalsvc.sim.webhooks import RegisteredWebhook, WebhookRule
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTECTED = DELETION_PROTECTED_LABEL

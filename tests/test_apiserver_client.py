@@ -27,10 +27,12 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from criticalsvc.api import GroupResource, ObjectRef
-from criticalsvc.sim.apiserver import ServerThread, StandIn
+from criticalsvc.sim.apiserver.server import ServerThread
+from criticalsvc.sim.apiserver.standin import StandIn
 from criticalsvc.sim.kubeconfig import write_kubeconfig
-from criticalsvc.sim.store import RegisteredWebhook, StatusError, Store, WebhookRule
+from criticalsvc.sim.store import StatusError, Store
 from criticalsvc.sim.webhook_client import WebhookClient
+from criticalsvc.sim.webhooks import RegisteredWebhook, WebhookRule
 
 DEPLOYMENTS = GroupResource("apps", "deployments")
 DELETE_DEPLOYMENTS = (WebhookRule(frozenset({"DELETE"}), frozenset({DEPLOYMENTS})),)

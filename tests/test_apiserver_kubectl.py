@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from criticalsvc.sim.apiserver import ServerThread, StandIn
+from criticalsvc.sim.apiserver.server import ServerThread
+from criticalsvc.sim.apiserver.standin import StandIn
 from criticalsvc.sim.kubeconfig import write_kubeconfig
-from criticalsvc.sim.store import RegisteredWebhook, Store, gate_hook
+from criticalsvc.sim.store import Store, gate_hook
+from criticalsvc.sim.webhooks import RegisteredWebhook
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None,
                                 reason="kubectl is not on PATH (Debian package kubernetes-client)")

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from criticalsvc.sim import protobuf, tables
-from criticalsvc.sim.apiserver import warning_headers
+from criticalsvc.sim import jsonpath, protobuf, tables
+from criticalsvc.sim.apiserver.responses import warning_headers
 from tests.backends import Backend, deployment_manifest, ok, unique
 from tests.realcluster import build
 from tests.realcluster.teardown import wait_for
@@ -372,11 +372,11 @@ def test_warning_headers_follow_the_api_servers_recorder() -> None:
 
 def test_jsonpath_and_human_durations() -> None:
     obj = {"spec": {"a.b": 1, "items": [{"n": "x", "v": 1}, {"n": "y", "v": 2}]}}
-    assert tables.jsonpath(".spec.a\\.b", obj) == [1]
-    assert tables.jsonpath('.spec.items[?(@.n=="y")].v', obj) == [2]
-    assert tables.jsonpath(".spec.items[*].n", obj) == ["x", "y"]
-    assert tables.jsonpath(".spec.items[-1].n", obj) == ["y"]
-    assert tables.jsonpath(".spec.missing", obj) == []
+    assert jsonpath.find(".spec.a\\.b", obj) == [1]
+    assert jsonpath.find('.spec.items[?(@.n=="y")].v', obj) == [2]
+    assert jsonpath.find(".spec.items[*].n", obj) == ["x", "y"]
+    assert jsonpath.find(".spec.items[-1].n", obj) == ["y"]
+    assert jsonpath.find(".spec.missing", obj) == []
     assert [tables.human_duration(s) for s in (-5, 59, 119, 125, 600, 3 * 3600 + 60, 30 * 3600, 3 * 86400 + 7200,
                                                400 * 86400, 3 * 365 * 86400)] == [
         "<invalid>", "59s", "119s", "2m5s", "10m", "3h1m", "30h", "3d2h", "400d", "3y"]

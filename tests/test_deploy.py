@@ -28,7 +28,7 @@ from criticalsvc.api import ROUTED_PROVIDERS, GroupResource
 from criticalsvc.errors import MalformedManifest
 from criticalsvc.labels import parse_label_selector
 from criticalsvc.serving import parse_endpoint
-from criticalsvc.sim.store import ANY_RESOURCE, DEFAULT_RULES, DELETION_PROTECTED_SELECTOR
+from criticalsvc.sim.webhooks import ANY_RESOURCE, DEFAULT_RULES, DELETION_PROTECTED_SELECTOR
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -459,7 +459,8 @@ def webhooks(objects: list[Obj]) -> list[Obj]:
 
 
 def test_the_workloads_rule_routes_exactly_the_provider_types_the_gate_calls_routed(base: list[Obj]) -> None:
-    """The shipped DELETE rule for workloads names the types api.ROUTED_PROVIDERS says are gated (status relies on it)."""
+    """The shipped DELETE rule for workloads names the types api.ROUTED_PROVIDERS says are gated (status relies
+    on it)."""
     (workloads,) = [w for w in webhooks(base) if w["name"].startswith("workloads.")]
     routed = {GroupResource(g, r) for rule in workloads["rules"] if "DELETE" in rule["operations"]
               for g in rule["apiGroups"] for r in rule["resources"]}

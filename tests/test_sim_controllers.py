@@ -1,4 +1,5 @@
-"""The simulated controllers behave as Kubernetes' do (design/kubernetes-semantics.md §3–§6), with the real gate in the loop."""
+"""The simulated controllers behave as Kubernetes' do (design/kubernetes-semantics.md §3–§6), with the real gate
+in the loop."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import pytest
 from criticalsvc.api import CRDS, NAMESPACES, GroupResource, ObjectRef
 from criticalsvc.manifests import load_text
 from criticalsvc.sim.cluster import Cluster
-from criticalsvc.sim.controllers import WorkQueue
+from criticalsvc.sim.controllers.workqueue import WorkQueue
 from criticalsvc.sim.engine import VirtualEngine
-from criticalsvc.sim.store import RegisteredWebhook, WebhookRule
+from criticalsvc.sim.webhooks import RegisteredWebhook, WebhookRule
 
 DEPLOYMENTS = GroupResource("apps", "deployments")
 CONFIGMAPS = GroupResource("", "configmaps")

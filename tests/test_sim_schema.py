@@ -1,6 +1,6 @@
 """criticalsvc.sim.schema: custom resources validated as kube-apiserver validates them, word for word.
 
-The expected texts follow the upstream sources named in schema.py's docstring (kube-openapi's messages,
+The expected texts follow the upstream sources named in sim/schema's docstring (kube-openapi's messages,
 kubeOpenAPIResultToFieldErrors, field.Error.ErrorBody, the CEL validator, errors.NewInvalid); the
 Bogus-type case is the one measured on a real 1.37 API server (tests/test_clusters_scenarios.py
 checks it on both backends). Then the stand-in answers such writes with that 422 before any webhook.
@@ -17,13 +17,16 @@ import httpx
 import pytest
 import yaml
 
-from criticalsvc.sim import schema as S
-from criticalsvc.sim.apiserver import StandIn
-from criticalsvc.sim.store import RegisteredWebhook, Store, gate_hook
+from criticalsvc.sim.apiserver.standin import StandIn
+from criticalsvc.sim.schema.fielderrors import FieldError, aggregate, invalid_status
+from criticalsvc.sim.schema.goformat import go_float
+from criticalsvc.sim.schema.validation import served_schema, validate
+from criticalsvc.sim.store import Store, gate_hook
+from criticalsvc.sim.webhooks import RegisteredWebhook
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = yaml.safe_load((ROOT / "api" / "criticalservices.criticalsvc.io.yaml").read_text(encoding="utf-8"))
-SCHEMA = S.served_schema(CRD, "v1alpha1")
+SCHEMA = served_schema(CRD, "v1alpha1")
 NOT_CHECKED = ("<nil>: Invalid value: null: some validation rules were not checked because the object was "
                "invalid; correct the existing errors to complete validation")
 GROUP_PATTERN = r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -39,7 +42,7 @@ def service(*criteria: dict[str, Any], **spec: Any) -> dict[str, Any]:
 
 
 def errors(obj: dict[str, Any], old: dict[str, Any] | None = None, schema: Any = None, **kw: Any) -> list[str]:
-    return [str(e) for e in S.validate(obj, schema if schema is not None else SCHEMA, old, **kw)]
+    return [str(e) for e in validate(obj, schema if schema is not None else SCHEMA, old, **kw)]
 
 
 def examples() -> list[dict[str, Any]]:
@@ -60,14 +63,14 @@ def test_every_example_criticalservice_is_valid() -> None:
 
 def test_an_unsupported_criterion_type_is_the_measured_error() -> None:
     """An enum miss (blocking: the CEL rules are skipped, with the error saying so) and minProperties."""
-    found = S.validate(service({"type": "Bogus"}), SCHEMA)
+    found = validate(service({"type": "Bogus"}), SCHEMA)
     assert [str(e) for e in found] == [
         "spec.criteria[0]: Invalid value: 1: spec.criteria[0] in body should have at least 2 properties",
         'spec.criteria[0].type: Unsupported value: "Bogus": supported values: "Finalizer", "SpecificResource", '
         '"Resources"',
         NOT_CHECKED,
     ]
-    status = S.invalid_status("criticalsvc.io", "CriticalService", "cs", found)
+    status = invalid_status("criticalsvc.io", "CriticalService", "cs", found)
     assert status["code"] == 422 and status["reason"] == "Invalid" and status["status"] == "Failure"
     assert status["message"] == 'CriticalService.criticalsvc.io "cs" is invalid: [' + ", ".join(map(str, found)) + "]"
     assert status["details"]["causes"][1] == {
@@ -262,15 +265,15 @@ def test_cel_reasons_scalars_root_rules_and_transition_rules() -> None:
 
 
 def test_messages_and_status_format_like_go() -> None:
-    one = S.FieldError("FieldValueRequired", "spec.x")
-    assert S.aggregate([one, one]) == "spec.x: Required value"
-    status = S.invalid_status("example.com", "Widget", 'w"1', [one, one])
+    one = FieldError("FieldValueRequired", "spec.x")
+    assert aggregate([one, one]) == "spec.x: Required value"
+    status = invalid_status("example.com", "Widget", 'w"1', [one, one])
     assert status["message"] == 'Widget.example.com "w\\"1" is invalid: spec.x: Required value'
     assert len(status["details"]["causes"]) == 2
-    assert str(S.FieldError("FieldValueInvalid", "f", {"b": [1.0, None], "a": "<"}, "d")) == \
+    assert str(FieldError("FieldValueInvalid", "f", {"b": [1.0, None], "a": "<"}, "d")) == \
         'f: Invalid value: {"a":"\\u003c","b":[1,null]}: d'
-    assert str(S.FieldError("FieldValueInvalid", "f", "tab\there\x01")) == 'f: Invalid value: "tab\\there\\x01"'
-    assert [S.go_float(v) for v in (1e6, 123456.0, 1.5, 1e-5, 0.0001, -2.0)] == [
+    assert str(FieldError("FieldValueInvalid", "f", "tab\there\x01")) == 'f: Invalid value: "tab\\there\\x01"'
+    assert [go_float(v) for v in (1e6, 123456.0, 1.5, 1e-5, 0.0001, -2.0)] == [
         "1e+06", "123456", "1.5", "1e-05", "0.0001", "-2"]
 
 

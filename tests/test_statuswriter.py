@@ -15,7 +15,8 @@ from criticalsvc.admission import parse_review
 from criticalsvc.decision import decide
 from criticalsvc.manifests import load_path
 from criticalsvc.server import StaticStateSource
-from criticalsvc.sim.apiserver import ServerThread, StandIn
+from criticalsvc.sim.apiserver.server import ServerThread
+from criticalsvc.sim.apiserver.standin import StandIn
 from criticalsvc.sim.store import Store
 from criticalsvc.statuswriter import StatusWriter
 

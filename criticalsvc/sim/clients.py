@@ -14,7 +14,7 @@
     OwnerDelete         a garbage-collected teardown: deletes the bundle's roots (objects no other object of
                         the bundle owns) once, with Background or Foreground propagation, and leaves
                         their dependents to the garbage collector (which retries a refusal with backoff
-                        up to 1000 s, controllers.py) - the way an Argo CD Application or a Helm-like
+                        up to 1000 s, controllers/garbagecollector.py) - the way an Argo CD Application or a Helm-like
                         owner object takes a stack down.
     IdealDelete         the yardstick, not a real deleter: after every change it deletes each object whose
                         DELETE the gate would allow now (it asks with a dry run first, so it is never
@@ -22,7 +22,7 @@
                         ends, so its teardown time is the critical path. benchmarks/replay.py divides
                         every other client's teardown time by it.
 
-The garbage collector's retrying client is part of the garbage collector (controllers.py).
+The garbage collector's retrying client is part of the garbage collector (controllers/garbagecollector.py).
 Clients, like controllers, only call the store and `engine.schedule`.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 
 from ..api import NAMESPACES, ObjectRef
 from ..backoff import Backoff
-from .controllers import _outcome, describe_error
+from .controllers.base import delete_outcome, describe_error
 from .engine import Engine
 from .store import StatusError, Store
 from .timeline import NOT_FOUND, Timeline
@@ -79,7 +79,7 @@ class Client:
             self.timeline.record(self.actor, "DELETE", ref, describe_error(exc), exc.message)
             return False
         self.refused.pop(ref, None)
-        outcome, reason = _outcome(result)
+        outcome, reason = delete_outcome(result)
         self.timeline.record(self.actor, "DELETE", ref, outcome, reason)
         return True
 

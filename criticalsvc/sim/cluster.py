@@ -37,19 +37,21 @@ from ..manifests import Manifest
 from ..objects import project
 from ..restmapper import resource_type_from_crd
 from .clients import CLIENTS, Client, make_client
-from .controllers import FOREGROUND, ORPHAN, Controllers, FinalizerController, start_controllers
+from .controllers.finalizers import FinalizerController
+from .controllers.garbagecollector import FOREGROUND, ORPHAN
+from .controllers.manager import Controllers, start_controllers
 from .engine import Engine, VirtualEngine
 from .replayer import Replayer
 from .store import (
     CRD_CLEANUP_FINALIZER,
     NAMESPACE_FINALIZER,
-    RegisteredWebhook,
     StatusError,
     Store,
     WatchEvent,
     gate_hook,
 )
 from .timeline import Timeline, gate_message
+from .webhooks import RegisteredWebhook
 
 STALL_WINDOW = 1200.0
 MAX_TIME = 7 * 24 * 3600.0  # a safety net far beyond any backoff: a week of virtual time

@@ -17,7 +17,7 @@ import attrs
 
 from .. import replay
 from ..decision import AdmissionRequest, Decision
-from .controllers import _outcome
+from .controllers.base import delete_outcome
 from .engine import Engine
 from .store import StatusError, Store, WatchEvent
 from .timeline import Timeline
@@ -99,7 +99,7 @@ class Replayer:
             return
         self.intents = {k: v for k, v in self.intents.items() if v.target != intent.target}
         self.replayed.append(intent)
-        self.timeline.record(ACTOR, "DELETE", intent.target, _outcome(result)[0],
+        self.timeline.record(ACTOR, "DELETE", intent.target, delete_outcome(result)[0],
                              f"replayed the deletion {intent.user or 'someone'} asked for at "
                              f"+{intent.requested_at - self.timeline.start:.1f}s")
 

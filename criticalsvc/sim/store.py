@@ -43,25 +43,21 @@ from ..admission import parse_review, render_response, render_review
 from ..api import (
     CRDS,
     CRITICAL_SERVICES,
-    DELETION_PROTECTED_ALWAYS,
-    DELETION_PROTECTED_LABEL,
     NAMESPACES,
-    ROUTED_PROVIDERS,
     GroupResource,
     ObjectRef,
     parse_critical_service,
 )
 from ..decision import AdmissionRequest, Decision, decide
 from ..errors import CriticalsvcError, InvalidInput
-from ..labels import LabelSelector, Requirement
 from ..objects import project
 from ..restmapper import ResourceType, RESTMapper, guess_resource, resource_type_from_crd
 from ..state import MemoryState
 from ..timestamps import format_rfc3339
+from .webhooks import AdmissionHook, RegisteredWebhook
 
 CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 NAMESPACE_FINALIZER = "kubernetes"
-WEBHOOK_NAME = "gate.criticalsvc.io"
 
 
 class StatusError(CriticalsvcError):
@@ -80,95 +76,6 @@ class StatusError(CriticalsvcError):
 def not_found(gr: GroupResource, name: str) -> StatusError:
     return StatusError(404, "NotFound", f'{gr} "{name}" not found',
                        details={"name": name, "group": gr.group, "kind": gr.resource})
-
-
-# An admission hook receives an AdmissionReview request (dict) and returns the AdmissionReview reply
-# (dict); raising means the call failed (transport error, timeout) and failurePolicy applies.
-AdmissionHook = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-# IsExemptAdmissionConfigurationResource: never sent to webhooks, so a broken webhook can be removed [D5].
-EXEMPT = frozenset({
-    GroupResource("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
-    GroupResource("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
-    GroupResource("admissionregistration.k8s.io", "validatingadmissionpolicies"),
-    GroupResource("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
-})
-# In a WebhookRule: every resource of every group (top-level resources only, as `resources: ["*"]`).
-ANY_RESOURCE = GroupResource("*", "*")
-
-
-def selects(selector: LabelSelector, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None) -> bool:
-    """A webhook's objectSelector as the API server applies it (predicates/object/matcher.go): an empty
-    selector matches every request; otherwise `object` or `oldObject` must match, and a null object never
-    matches, so on DELETE only oldObject's labels count."""
-    if selector.is_empty:
-        return True
-    return _labels_match(selector, obj) or _labels_match(selector, old)
-
-
-def _labels_match(selector: LabelSelector, obj: Mapping[str, Any] | None) -> bool:
-    if not isinstance(obj, Mapping):
-        return False
-    metadata = obj.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    return selector.matches(labels if isinstance(labels, Mapping) else {})
-
-
-@attrs.frozen
-class WebhookRule:
-    operations: frozenset[str]
-    group_resources: frozenset[GroupResource]  # ANY_RESOURCE matches every (non-exempt) resource
-    # The objectSelector of the webhook entry this rule stands for (deploy/ has one per entry).
-    object_selector: LabelSelector = attrs.field(factory=LabelSelector)
-
-    def matches(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
-                old: Mapping[str, Any] | None) -> bool:
-        if operation not in self.operations:
-            return False
-        if gr not in self.group_resources and (ANY_RESOURCE not in self.group_resources or gr in EXEMPT):
-            return False
-        return selects(self.object_selector, obj, old)
-
-
-# criticalsvc.io/deletion-protected In [Always]: the objectSelector of deploy/'s labelled-objects webhook.
-DELETION_PROTECTED_SELECTOR = LabelSelector((
-    Requirement(DELETION_PROTECTED_LABEL, "In", frozenset({DELETION_PROTECTED_ALWAYS})),))
-# ... and NotIn [Always]: the kind-specific DELETE webhooks leave labelled objects to that one, so each
-# DELETE is reviewed by one webhook (the API server calls matching webhooks in parallel and answers with
-# whichever denial comes first, so two would make the webhook named in the message a race [D1]).
-NOT_DELETION_PROTECTED_SELECTOR = LabelSelector((
-    Requirement(DELETION_PROTECTED_LABEL, "NotIn", frozenset({DELETION_PROTECTED_ALWAYS})),))
-
-# The rules deploy/ registers (issues 5 and 11): the gate sees DELETEs of namespaces, workloads and CRDs
-# (unless labelled, see the next rule), of CriticalServices, and of every object of any type labelled
-# criticalsvc.io/deletion-protected=Always; and CREATE/UPDATE of CriticalServices.
-DEFAULT_RULES: tuple[WebhookRule, ...] = (
-    WebhookRule(frozenset({"DELETE"}), frozenset({NAMESPACES, *ROUTED_PROVIDERS, CRDS}),
-                NOT_DELETION_PROTECTED_SELECTOR),
-    WebhookRule(frozenset({"DELETE", "CREATE", "UPDATE"}), frozenset({CRITICAL_SERVICES})),
-    WebhookRule(frozenset({"DELETE"}), frozenset({ANY_RESOURCE}), DELETION_PROTECTED_SELECTOR),
-)
-
-
-@attrs.define
-class RegisteredWebhook:
-    """A registered validating webhook, as a ValidatingWebhookConfiguration entry describes it."""
-
-    hook: AdmissionHook
-    rules: tuple[WebhookRule, ...] = DEFAULT_RULES
-    failure_policy: Literal["Fail", "Ignore"] = "Fail"
-    name: str = WEBHOOK_NAME
-    # namespaceSelector exclusions by name (kubernetes.io/metadata.name NotIn [...]).
-    excluded_namespaces: frozenset[str] = frozenset({"kube-system", "criticalsvc-system"})
-
-    def matches(self, operation: str, gr: GroupResource, namespace: str,
-                obj: Mapping[str, Any] | None = None, old: Mapping[str, Any] | None = None) -> bool:
-        """Whether this webhook reviews the request: `obj`/`old` are the request's object and oldObject
-        (a rule with an objectSelector never matches when both are None)."""
-        if namespace and namespace in self.excluded_namespaces:
-            return False
-        return any(r.matches(operation, gr, obj, old) for r in self.rules)
 
 
 @attrs.frozen
@@ -207,7 +114,7 @@ class Store:
         self._listeners: list[Callable[[WatchEvent], None]] = []
         self._uids = (f"00000000-0000-4000-8000-{i:012d}" for i in itertools.count(1))
         self._review_ids = itertools.count(1)
-        # Entered around every webhook call. The HTTP stand-in (sim/apiserver.py) lets readers in
+        # Entered around every webhook call. The HTTP stand-in (sim/apiserver/standin.py) lets readers in
         # while a write waits on a webhook, so a webhook that reads the API server back does not deadlock.
         self.around_webhook_call: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
         # Warnings of webhook replies, recorded even on denial [D1]; the HTTP face clears this before a
@@ -604,7 +511,8 @@ def _check_event_namespace(event: Mapping[str, Any], name: str, namespace: str) 
     v1.37.2); the status writer relies on that for CriticalServices' Events."""
     if event.get("eventTime"):
         return
-    involved = event.get("involvedObject") if isinstance(event.get("involvedObject"), Mapping) else {}
+    found = event.get("involvedObject")
+    involved: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     involved_ns = str(involved.get("namespace") or "")
     if (namespace not in ("", "default")) if not involved_ns else (namespace != involved_ns):
         raise StatusError(422, "Invalid", f'Event "{name}" is invalid: involvedObject.namespace: Invalid value: '

@@ -4,7 +4,7 @@ kubectl get asks `Accept: application/json;as=Table;v=v1;g=meta.k8s.io, ...;v=v1
 and prints the columns the server chose. Sources (Kubernetes 1.37):
 
 * custom resources: apiextensions-apiserver registry/customresource/tableconvertor: a Name column,
-  then the CRD version's additionalPrinterColumns, each evaluated as JSONPath on the object; a
+  then the CRD version's additionalPrinterColumns, each evaluated as JSONPath (jsonpath.py) on the object; a
   version without columns gets one, Age (apiserver/helpers.go serveDefaultColumnsIfEmpty). Cells are
   typed by the column: integer, number, boolean, date (a human age: "5m3s"), string (JSONPath's text).
 * CustomResourceDefinitions: registry/customresourcedefinition/tableconvertor (Scope, Versions, ...).
@@ -23,17 +23,16 @@ and Age.
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from ..api import GroupResource
+from . import jsonpath
 
-__all__ = ["DEFAULT", "FALLBACK", "Printer", "TableError", "crd_table_columns", "human_duration", "jsonpath",
-           "make_table", "printer_for", "selector_string"]
+__all__ = ["DEFAULT", "FALLBACK", "Printer", "TableError", "crd_table_columns", "human_duration", "make_table",
+           "printer_for", "selector_string"]
 
 NAME_DOC = ("Name must be unique within a namespace. Is required when creating resources, although some resources "
             "may allow a client to request the generation of an appropriate name automatically. Name is primarily "
@@ -111,144 +110,12 @@ def _since(value: Any, now: float) -> str:
     return "<unknown>" if t is None else human_duration(now - t)
 
 
-# --- JSONPath (the subset CRD printer columns use) ------------------------------------------------------
-_TOKEN = re.compile(r"""
-    \.\.(?P<recursive>[A-Za-z0-9_\-$]*)              # ..name (recursive descent)
-  | \.(?P<field>(?:\\.|[^.\[\\])+)                   # .field (dots escaped with \)
-  | \[\s*(?P<quote>['"])(?P<key>.*?)(?P=quote)\s*\]  # ['key']
-  | \[\s*\?\(\s*(?P<filter>.*?)\s*\)\s*\]            # [?(@.a == "x")]
-  | \[\s*(?P<index>[-0-9:*,\s]+)\s*\]                # [0], [*], [1:3], [0,2]
-""", re.VERBOSE)
-_FILTER = re.compile(r"^@(?P<path>(?:\.[^\s=!<>]+|\[[^\]]*\])*)\s*(?:(?P<op>==|!=|<=|>=|<|>)\s*(?P<value>.+))?$")
-
-
-def _steps(expression: str) -> list[tuple[str, Any]]:
-    text = expression.strip()
-    if text.startswith("{") and text.endswith("}"):
-        text = text[1:-1].strip()
-    if text.startswith("$"):
-        text = text[1:]
-    if text and not text.startswith((".", "[")):
-        text = "." + text
-    steps: list[tuple[str, Any]] = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            raise TableError(f"unrecognized column definition {expression!r}")
-        pos = m.end()
-        if m["recursive"] is not None:
-            steps.append(("recursive", m["recursive"]))
-        elif m["field"] is not None:
-            steps.append(("field", re.sub(r"\\(.)", r"\1", m["field"])))
-        elif m["key"] is not None:
-            steps.append(("field", m["key"]))
-        elif m["filter"] is not None:
-            f = _FILTER.match(m["filter"])
-            if f is None:
-                raise TableError(f"unrecognized filter in {expression!r}")
-            steps.append(("filter", (_steps(f["path"] or ""), f["op"], _literal(f["value"]))))
-        else:
-            steps.append(("index", m["index"].strip()))
-    return steps
-
-
-def _literal(text: str | None) -> Any:
-    if text is None:
-        return None
-    text = text.strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def _walk(values: list[Any], steps: Sequence[tuple[str, Any]]) -> list[Any]:
-    for kind, arg in steps:
-        out: list[Any] = []
-        for v in values:
-            if kind == "field":
-                if arg == "*":
-                    out.extend(v.values() if isinstance(v, Mapping) else v if isinstance(v, list) else [])
-                elif isinstance(v, Mapping) and arg in v:
-                    out.append(v[arg])
-            elif kind == "recursive":
-                out.extend(_descend(v, arg))
-            elif kind == "index":
-                out.extend(_index(v, arg))
-            elif kind == "filter" and isinstance(v, list):
-                path, op, expected = arg
-                out.extend(item for item in v if _test(_walk([item], path), op, expected))
-        values = out
-    return values
-
-
-def _descend(value: Any, name: str) -> list[Any]:
-    found: list[Any] = []
-    children = list(value.values()) if isinstance(value, Mapping) else value if isinstance(value, list) else []
-    if isinstance(value, Mapping) and name in value:
-        found.append(value[name])
-    for child in children:
-        found.extend(_descend(child, name))
-    return found
-
-
-def _index(value: Any, spec: str) -> list[Any]:
-    if not isinstance(value, list):
-        return []
-    if spec == "*":
-        return list(value)
-    if "," in spec:
-        return [x for part in spec.split(",") for x in _index(value, part.strip())]
-    if ":" in spec:
-        parts = [int(p) if p.strip() else None for p in spec.split(":")]
-        return value[slice(*parts[:3])]
-    i = int(spec)
-    i = i + len(value) if i < 0 else i
-    return [value[i]] if 0 <= i < len(value) else []
-
-
-def _test(found: list[Any], op: str | None, expected: Any) -> bool:
-    if op is None:
-        return bool(found)
-    if not found:
-        return False
-    actual = found[0]
-    if op == "==":
-        return bool(actual == expected)
-    if op == "!=":
-        return bool(actual != expected)
-    try:
-        return bool({"<": actual < expected, ">": actual > expected, "<=": actual <= expected,
-                     ">=": actual >= expected}[op])
-    except TypeError:
-        return False
-
-
-def jsonpath(expression: str, obj: Any) -> list[Any]:
-    """Every value `expression` (kubectl JSONPath, as in a CRD printer column) selects in `obj`."""
-    return _walk([obj], _steps(expression))
-
-
-def _go_text(value: Any) -> str:
-    """How JSONPath PrintResults writes one value: text for scalars, JSON for maps and lists."""
-    if isinstance(value, (Mapping, list)):
-        return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() and abs(value) < 1e21 else repr(value)
-    return str(value)
-
-
 def _typed_cell(type_: str, value: Any, now: float) -> Cell:
     """tableconvertor.cellForJSONValue (and the string case of ConvertToTable)."""
     if value is None:
         return None
     if type_ == "string":
-        return _go_text(value)
+        return jsonpath.text(value)
     if type_ == "integer" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return int(value)
     if type_ == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -581,10 +448,14 @@ def crd_table_columns(crd: Mapping[str, Any] | None, version: str) -> Printer:
         columns = [{"name": "Age", "type": "date", "description": CREATED_DOC,
                     "jsonPath": ".metadata.creationTimestamp"}]
     headers = [NAME]
-    paths: list[tuple[str, list[tuple[str, Any]]]] = []
+    paths: list[tuple[str, jsonpath.Steps]] = []
     for c in columns:
         path = str(c.get("jsonPath", ""))
-        paths.append((str(c.get("type", "string")), _steps(path)))
+        try:
+            steps = jsonpath.parse(path)
+        except jsonpath.JSONPathError as exc:
+            raise TableError(str(exc)) from exc
+        paths.append((str(c.get("type", "string")), steps))
         headers.append(column(str(c.get("name", "")), str(c.get("type", "string")),
                               str(c.get("description") or f"Custom resource definition column (in JSONPath "
                                   f"format): {path}"), priority=_int(c.get("priority")),
@@ -593,7 +464,7 @@ def crd_table_columns(crd: Mapping[str, Any] | None, version: str) -> Printer:
     def row(obj: Obj, now: float) -> list[Cell]:
         cells: list[Cell] = [_name(obj)]
         for type_, steps in paths:
-            found = _walk([obj], steps)
+            found = jsonpath.walk([obj], steps)
             cells.append(_typed_cell(type_, found[0], now) if found else None)
         return cells
 

@@ -15,7 +15,7 @@ The call (design/kubernetes-semantics.md §1, §1.5, §7):
   client sees `Internal error occurred: failed calling webhook "<name>": failed to call webhook: ...`.
 
 Threading: a WebhookClient blocks. The store calls hooks synchronously inside a write; the HTTP
-stand-in (apiserver.py) runs every write on its own writer thread, never on the event loop, so a
+stand-in (sim/apiserver/standin.py) runs every write on its own writer thread, never on the event loop, so a
 webhook served by the same process (same loop) can answer, and it lets readers in while the call is
 out (`Store.around_webhook_call`), so a webhook that reads the API server back does not deadlock.
 
@@ -44,7 +44,8 @@ import httpx
 from ..api import NAMESPACES, GroupResource
 from ..errors import CriticalsvcError, InvalidInput, InvalidSpec
 from ..labels import LabelSelector, parse_label_selector
-from .store import EXEMPT, RegisteredWebhook, Store, WebhookRule, selects
+from .store import Store
+from .webhooks import EXEMPT, RegisteredWebhook, WebhookRule, selects
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
