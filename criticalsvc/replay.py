@@ -10,8 +10,8 @@ the criteria hold - but a replay must never delete something the user meanwhile 
                   it asks for replay, the object has a UID and no `criticalsvc.io/replay-deletion: Never`
     Waiting       something still blocking it is not being deleted (a teardown deletes in some order:
                   `kubectl delete -f` may reach the provider before the objects that need it)
-    Armed         every object still blocking it is going away: it has a deletionTimestamp, lives in a
-                  terminating namespace, or is itself the target of an armed intent (least fixed
+    Armed         every object still blocking it is going away: it has a deletionTimestamp, or is itself
+                  the target of an armed intent, or lives in a namespace that is either (least fixed
                   point, so a chain of intents is grounded in objects really being deleted)
     replayed      the criteria hold: DELETE with the recorded UID as precondition and the recorded
                   propagation policy; the replayed request passes the gate like any other
@@ -274,11 +274,13 @@ def _armed(live: Mapping[int, tuple[DeletionIntent, tuple[KubeObject, ...]]], st
 
 
 def _going_away(obj: KubeObject, state: ClusterState, armed: set[str]) -> bool:
+    """Terminating, an armed target, or in a namespace that is terminating or an armed target (the
+    namespace controller deletes its content)."""
     if obj.terminating or (obj.uid and obj.uid in armed):
         return True
     if obj.namespace:
         namespace = state.get(ObjectRef(NAMESPACES, "", obj.namespace))
-        return namespace is not None and namespace.terminating
+        return namespace is not None and (namespace.terminating or bool(namespace.uid and namespace.uid in armed))
     return False
 
 

@@ -45,6 +45,11 @@ CLIENT_WORDS = {
     "kubectl": "kubectl delete -f: one pass in file order, no retry",
     "namespace": "namespace deletion: the bundle's namespaces (and what lives outside them), retried; "
                  "the namespace controller deletes the content",
+    "gc-background": "the garbage collector: the bundle's root owners deleted (Background), the rest by the garbage "
+                     "collector, each refusal retried with backoff 5 ms → 1000 s",
+    "gc-foreground": "the garbage collector: the bundle's root owners deleted (Foreground), the rest by the garbage "
+                     "collector, each refusal retried with backoff 5 ms → 1000 s",
+    "ideal": "the ideal deleter: each object the moment the gate allows it (the shortest possible teardown)",
 }
 
 

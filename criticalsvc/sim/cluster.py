@@ -135,8 +135,11 @@ class Cluster:
             self.store.webhooks.append(RegisteredWebhook(hook, failure_policy=failure_policy))
         self.seed = seed
         self.rng = random.Random(seed)
+        # The controllers draw from a stream of their own, so the same seed gives the same finalizer and
+        # reconcile delays whichever client deletes: teardown times of different clients compare.
+        self.controller_rng = random.Random(f"controllers-{seed}")
         self.controllers: Controllers = start_controllers(
-            self.store, self.engine, timeline=self.timeline, rng=self.rng,
+            self.store, self.engine, timeline=self.timeline, rng=self.controller_rng,
             ordered_namespace_deletion=ordered_namespace_deletion, finalizer_delay=finalizer_delay)
         self.bundles: dict[str, list[ObjectRef]] = {}
         self.kinds: dict[GroupResource, str] = {}  # remembered: a CRD's kind is unknown once it is gone
@@ -203,8 +206,9 @@ class Cluster:
             progress, later = False, []
             for m in waiting:
                 obj = self._resolve_owners(m, final=False)
-                if obj is None:
-                    later.append(m)
+                namespace = str((m.obj.get("metadata") or {}).get("namespace") or "")
+                if obj is None or (namespace and not self.store.exists(NAMESPACES, "", namespace)):
+                    later.append(m)  # its owner, or its namespace (itself waiting for an owner), comes first
                     continue
                 created[id(m)] = self._create(m, obj)
                 progress = True
