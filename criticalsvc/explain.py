@@ -13,10 +13,12 @@ from typing import Any
 import attrs
 
 from . import criteria
-from .api import CRD_NAME, CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, ObjectRef
+from .api import CRD_NAME, CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, ObjectRef, ReplayDeletion
 from .criteria import Verdict
 from .decision import AdmissionRequest, Decision, decide
+from .replay import DeletionIntent
 from .state import ClusterState
+from .timestamps import format_rfc3339
 
 
 @attrs.frozen
@@ -32,6 +34,8 @@ class Explanation:
     exists: bool
     decision: Decision
     services: tuple[ServiceReport, ...]
+    # Refused deletions of the target the gate has recorded and will replay (spec.replayDeletion).
+    intents: tuple[DeletionIntent, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,10 +53,14 @@ class Explanation:
                               for i, v in enumerate(r.verdicts)]}
                 for r in self.services
             ],
+            "deletionIntents": [{"uid": i.uid, "user": i.user, "requestedAt": format_rfc3339(i.requested_at),
+                                 "propagationPolicy": i.propagation_policy, "phase": i.phase.value}
+                                for i in self.intents],
         }
 
 
-def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | None = None) -> Explanation:
+def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | None = None,
+            intents: tuple[DeletionIntent, ...] = ()) -> Explanation:
     """The gate's answer for DELETE of `target` now, with every CriticalService that has a say."""
     stored = state.get(target)
     if obj is None:
@@ -88,7 +96,8 @@ def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | 
     if target.group_resource == CRDS and target.name == CRD_NAME:
         for cs in sorted(state.critical_services(), key=lambda c: c.name):
             add(cs, "would be removed without admission with its CRD")
-    return Explanation(target, stored is not None, decision, tuple(reports))
+    mine = tuple(i for i in intents if i.target == target and (stored is None or i.uid == stored.uid))
+    return Explanation(target, stored is not None, decision, tuple(reports), mine)
 
 
 def render_text(e: Explanation) -> str:
@@ -104,6 +113,15 @@ def render_text(e: Explanation) -> str:
             mark = "met  " if v.satisfied else "UNMET"
             detail = "" if v.satisfied else f" - {v.describe()}"
             lines.append(f"    [{mark}] criteria[{i}] {v.criterion}{detail}")
+        if r.service.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN:
+            lines.append("    replayDeletion: WhenTearingDown - a refused DELETE is replayed by the gate once these "
+                         "criteria hold, if everything blocking it is being deleted")
+    for i in e.intents:
+        lines.append(f"  Deletion intent ({i.phase.value}): {i.user or 'someone'} asked at "
+                     f"{format_rfc3339(i.requested_at)}"
+                     f"{' (propagationPolicy ' + i.propagation_policy + ')' if i.propagation_policy else ''}; "
+                     "the gate deletes it when the criteria hold"
+                     f"{'' if i.armed_at is not None else ', if what blocks it is deleted soon'}")
     if not e.decision.allowed:
         lines.append(f"  Message: {e.decision.message}")
     for w in e.decision.warnings:

@@ -58,3 +58,29 @@ def read_object(t: ResourceType, *, namespace: str, name: str, kubeconfig: str |
             await api.close()
 
     return asyncio.run(read())
+
+
+def read_deletion_intents(*, namespace: str, kubeconfig: str | None = None, context: str | None = None,
+                          timeout: float = 10.0) -> list[Any] | None:
+    """The deletion intents the gate recorded (ConfigMaps in its namespace, criticalsvc/replay.py), or None
+    when they cannot be read (no such namespace, or the caller may not list ConfigMaps there)."""
+    from .cache import APIError, KubeTransport, connect
+    from .errors import InvalidInput
+    from .replay import RECORD_LABEL, from_record
+
+    async def read() -> list[Any] | None:
+        api = await connect(kubeconfig=kubeconfig, context=context)
+        try:
+            page = await KubeTransport(api).get(f"/api/v1/namespaces/{namespace}/configmaps",
+                                                (("labelSelector", f"{RECORD_LABEL}=true"),), timeout=timeout)
+        except APIError:
+            return None
+        finally:
+            await api.close()
+        intents = []
+        for item in page.get("items") or []:
+            with contextlib.suppress(InvalidInput):
+                intents.append(from_record(item))
+        return intents
+
+    return asyncio.run(read())

@@ -86,3 +86,25 @@ def test_graph_orders_independent_chains(tmp_path, capsys):
     assert "teardown phase 1: b" in out and "teardown phase 2: a" in out
     assert main(["graph", "--state", str(snap), "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["edges"][0]["from"] == "b"
+
+
+def test_explain_shows_replay_and_the_recorded_intent_for_this_object_only():
+    """A CriticalService that asks for replay says so, and a recorded intent for the object (this incarnation,
+    by UID) is listed with who asked and when; an intent for a re-created object of the same name is not."""
+    from criticalsvc.api import GroupResource, ObjectRef
+    from criticalsvc.explain import explain, render_text
+    from criticalsvc.manifests import load_text
+    from criticalsvc.replay import DeletionIntent
+    from criticalsvc.snapshot import build_state
+
+    with open("api/examples/reference-story.yaml") as f:
+        text = f.read().replace("spec:\n  provider:", "spec:\n  replayDeletion: WhenTearingDown\n  provider:")
+    state = build_state(load_text(text, "story"))
+    target = ObjectRef(GroupResource("apps", "deployments"), "finalizer-namespace", "finalizer-deployment")
+    uid = state.get(target).uid
+    mine = DeletionIntent(target, uid, "alice", 1_700_000_000.0, "Background", ("for-finalizer-deployment",))
+    stale = DeletionIntent(target, "an-older-uid", "bob", 1_600_000_000.0, None, ("for-finalizer-deployment",))
+    out = render_text(explain(target, state, intents=(mine, stale)))
+    assert "replayDeletion: WhenTearingDown" in out
+    assert "Deletion intent (Waiting): alice asked at 2023-11-14T22:13:20Z (propagationPolicy Background)" in out
+    assert "bob" not in out

@@ -111,3 +111,28 @@ def test_a_namespace_or_crd_provider_is_routed(story, provider):
     decision = write(state, body)
     assert decision.allowed, decision.message
     assert not [w for w in decision.warnings if "spec.provider" in w], decision.warnings
+
+
+def test_replay_permission_and_intents_appear_only_when_replay_is_asked_for(story):
+    """spec.replayDeletion: WhenTearingDown adds ReplayPermitted (Unknown until checked, then True or False naming
+    the missing grant) and lists the recorded intents; without it neither appears."""
+    import attrs
+
+    from criticalsvc.api import ReplayDeletion
+    from criticalsvc.replay import DeletionIntent
+
+    state, cs = story
+    assert [c["type"] for c in compute_status(cs, state, now=1_700_000_000)["conditions"]] == ["Ready", "Blocking"]
+    replaying = attrs.evolve(cs, replay_deletion=ReplayDeletion.WHEN_TEARING_DOWN)
+    unknown = _cond(compute_status(replaying, state, now=1_700_000_000), "ReplayPermitted")
+    assert (unknown["status"], unknown["reason"]) == ("Unknown", "NotChecked")
+    assert _cond(compute_status(replaying, state, now=1, replay_forbidden=[]), "ReplayPermitted")["status"] == "True"
+    forbidden = _cond(compute_status(replaying, state, now=1, replay_forbidden=[GroupResource("apps", "deployments")]),
+                      "ReplayPermitted")
+    assert (forbidden["status"], forbidden["reason"]) == ("False", "Forbidden")
+    assert "deployments.apps" in forbidden["message"] and "criticalsvc.io/aggregate-to-replay" in forbidden["message"]
+    intent = DeletionIntent(cs.provider, "uid-1", "alice", 1_700_000_000.0, "Foreground", (cs.name,), armed_at=None)
+    listed = compute_status(replaying, state, now=1_700_000_005, intents=[intent])["deletionIntents"]
+    assert listed == [{"object": str(cs.provider), "uid": "uid-1", "user": "alice",
+                       "requestedAt": "2023-11-14T22:13:20Z", "phase": "Waiting", "propagationPolicy": "Foreground",
+                       "message": "waiting for what blocks it to be deleted"}]

@@ -19,6 +19,8 @@ def register(sub: Any) -> None:
         description="Show whether deleting KIND/NAME would be allowed now, and exactly what blocks it.")
     p.add_argument("target", metavar="KIND/NAME", help="e.g. deployment/finalizer-deployment, ns/payments, csvc/x")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.add_argument("--gate-namespace", default="criticalsvc-system", metavar="NS",
+                   help="where the gate keeps its deletion intents (default %(default)s)")
     add_source_arguments(p, namespace_help="namespace of a namespaced object (default, as in kubectl: the kubeconfig "
                                            "context's namespace, else \"default\")")
     p.set_defaults(run=run)
@@ -44,7 +46,13 @@ def run(args: argparse.Namespace) -> int:
         from ..livesnapshot import read_object
 
         obj = read_object(t, namespace=target.namespace, name=name, kubeconfig=args.kubeconfig, context=args.context)
-    result = explain(target, state, obj=obj)
+    intents: tuple[Any, ...] = ()
+    if not args.state:
+        from ..livesnapshot import read_deletion_intents
+
+        intents = tuple(read_deletion_intents(namespace=args.gate_namespace, kubeconfig=args.kubeconfig,
+                                              context=args.context) or ())
+    result = explain(target, state, obj=obj, intents=intents)
     if args.output == "json":
         json.dump(result.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
