@@ -90,6 +90,12 @@ class Metrics:
         self.certificate_reloads = Counter(
             "criticalsvc_certificate_reloads_total", "Reloads of the serving certificate after its files "
             "changed, by result (ok, failed).", ["result"], registry=r)
+        self.deletion_intents = Counter(
+            "criticalsvc_deletion_intents_total", "Refused deletions recorded as intents to replay "
+            "(spec.replayDeletion: WhenTearingDown), by resource.", ["resource"], registry=r)
+        self.deletion_replays = Counter(
+            "criticalsvc_deletion_replays_total", "Deletion intents the leader ended, by outcome: replayed, or "
+            "the reason it was dropped (ObjectGone, TeardownAbandoned, Forbidden, ...).", ["outcome"], registry=r)
         self._cache_collector: _CacheObjectsCollector | None = None
 
     def observe_cache_objects(self, counts: Callable[[], Mapping[str, int]]) -> None:

@@ -38,6 +38,7 @@ from .decision import AdmissionRequest, Decision
 from .errors import InvalidInput, StateUnavailable
 from .events import object_event
 from .logs import get_logger
+from .metrics import Metrics
 from .restmapper import RESTMapper
 from .state import ClusterState
 
@@ -69,12 +70,13 @@ class Source(Protocol):
 class LiveReplayer:
     def __init__(self, transport: Sender, source: Source, mapper: RESTMapper, *, namespace: str,
                  post_event: Callable[[dict[str, Any]], None] = lambda event: None,
-                 on_change: Callable[[], None] = lambda: None,
+                 on_change: Callable[[], None] = lambda: None, metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.time, arm_window: float = replay.ARM_WINDOW,
                  time_to_live: float = replay.TIME_TO_LIVE) -> None:
         self.transport, self.source, self.mapper = transport, source, mapper
         self.namespace = namespace
         self.post_event, self.on_change, self.clock = post_event, on_change, clock
+        self.metrics = metrics if metrics is not None else Metrics()
         self.arm_window, self.time_to_live = arm_window, time_to_live
         self.intents: list[replay.DeletionIntent] = []  # as of the leader's last round
         self.replays = 0
@@ -100,6 +102,7 @@ class LiveReplayer:
             try:
                 record = replay.to_record(intent, namespace=self.namespace)
                 await self.transport.send("POST", self._records_path(), record, timeout=REQUEST_TIMEOUT)
+                self.metrics.deletion_intents.labels(str(intent.target.group_resource)).inc()
                 log.info("deletion intent recorded", object=str(intent.target), uid=intent.uid, user=intent.user,
                          propagation_policy=intent.propagation_policy)
             except APIStatusError as exc:
@@ -214,6 +217,7 @@ class LiveReplayer:
             log.warning("replay failed; retried next round", object=str(intent.target), error=str(exc))
             return False
         self.replays += 1
+        self.metrics.deletion_replays.labels("Replayed").inc()
         await self._forget(replay.record_name(intent.uid))
         message = (f"criticalsvc replayed the deletion {intent.user or 'someone'} asked for at "
                    f"{_stamp(intent.requested_at)} (propagationPolicy "
@@ -226,6 +230,7 @@ class LiveReplayer:
 
     async def _drop(self, drop: replay.Drop) -> None:
         await self._forget(replay.record_name(drop.intent.uid))
+        self.metrics.deletion_replays.labels(drop.reason.value).inc()
         log.info("deletion intent dropped", object=str(drop.intent.target), uid=drop.intent.uid,
                  reason=drop.reason.value, why=drop.message)
         if drop.reason in (replay.DropReason.GONE,):

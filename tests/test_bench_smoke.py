@@ -21,13 +21,15 @@ from criticalsvc.snapshot import build_state
 
 
 def test_review_bodies_decode_to_the_requests_they_were_built_from() -> None:
-    """Every review of the benchmark's mix parses back to its request (only the user and the uid prefix differ)."""
+    """Every review of the benchmark's mix parses back to its request (only the user, the uid prefix and the
+    propagation policy the namespace controller sends differ)."""
     reqs = scale.requests(3, 30, 60, random.Random(1))
     assert {r.group_resource.resource for r in reqs} >= {"deployments", "customresourcedefinitions", "namespaces",
                                                           "configmaps"}
     for r in reqs:
         parsed = parse_review(orjson.loads(scale_http.review_body(r, uid_prefix="warm-")))
-        assert parsed == attrs.evolve(r, uid="warm-" + r.uid, username=str(scale_http.USER["username"]))
+        assert parsed == attrs.evolve(r, uid="warm-" + r.uid, username=str(scale_http.USER["username"]),
+                                      propagation_policy="Background")
 
 
 @pytest.mark.e2e

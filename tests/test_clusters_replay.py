@@ -5,13 +5,16 @@ single `kubectl delete -f` of the reference story leaves nothing behind, in the 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import attrs
+import pytest
 import yaml
 
-from tests.backends import Backend
+from tests.backends import Backend, RealBackend
+from tests.realcluster.cluster import RealCluster
 from tests.realcluster.teardown import Observer, Story, all_gone, apply_story, wait_for
 
 CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
@@ -107,3 +110,34 @@ def test_without_replay_one_pass_still_leaves_the_refused_objects(cluster: Backe
                                          input=story.text).returncode == 0, timeout=120, what="a run that exits 0",
                  interval=1.0)
         wait_for(lambda: all_gone(cluster.admin, story.paths().values()), timeout=60, what="the story cleaned up")
+
+
+@pytest.mark.realcluster
+def test_intents_survive_a_gate_restart(realcluster: RealCluster) -> None:
+    """Intents are API objects, not memory: the gate is stopped right after the refused pass and started again
+    once the CRs are gone; the new process finds the intents and replays them - nothing is left behind."""
+    cluster = RealBackend(realcluster)
+    story = with_replay(Story.make("restart"))
+    try:
+        with replay_granted(cluster):
+            apply_story(cluster.kubectl, cluster.admin, story)
+            wait_for(lambda: condition(cluster, story.critical_service, "ReplayPermitted").get("status") == "True",
+                     timeout=60, what="ReplayPermitted=True")
+            with cluster.finalizer_controller(story):
+                once = cluster.kubectl("delete", "-f", "-", "--wait=false", input=story.text)
+                assert once.returncode == 1, once
+                wait_for(lambda: len([i for i in intents(cluster) if story.suffix in str(i.get("data"))]) == 3,
+                         timeout=30, what="three intents recorded")
+                realcluster.gate.stop()
+                wait_for(lambda: not cluster.admin.exists(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                                                          f"{story.crd_name}"), timeout=90, what="the CRD gone")
+                gate = realcluster.gate.restart()
+                wait_for(lambda: all_gone(cluster.admin, story.paths().values()), timeout=120,
+                         what="everything gone after the restart")
+                replayed = re.findall(r'^criticalsvc_deletion_replays_total\{outcome="Replayed"\} (\S+)$', gate.metrics(),
+                                      re.M)
+                assert replayed and float(replayed[0]) >= 3, gate.metrics()
+    finally:
+        if not realcluster.gate.replicas or any(r.process.popen is None or r.process.popen.poll() is not None
+                                                for r in realcluster.gate.replicas):
+            realcluster.gate.restart()

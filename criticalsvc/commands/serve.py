@@ -251,7 +251,7 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
                 writer = StatusWriter(api_client=api, source=cache, identity=args.identity,
                                       namespace=args.lease_namespace)
                 replayer = LiveReplayer(transport, cache, cache.mapper, namespace=args.lease_namespace,
-                                        post_event=writer.post_event, on_change=writer.poke,
+                                        post_event=writer.post_event, on_change=writer.poke, metrics=metrics,
                                         arm_window=args.replay_arm_window, time_to_live=args.replay_ttl)
                 writer.replayer = replayer
                 tasks += [asyncio.create_task(writer.run_elected(), name="status-writer"),

@@ -1,0 +1,482 @@
+"""benchmarks/replay.py's cases on the real control plane, in wall-clock time (`replay --real`).
+
+    python -m benchmarks replay --real      (the simulator's tables, then this one)
+    python -m benchmarks replay_real [--runs 1] [--json]
+
+One control plane (tests/realcluster: etcd, kube-apiserver, kube-controller-manager; skipped with the
+reason when they cannot be built) with the gate installed as a user installs it, the shipped RBAC, and
+the operator's replay grant (api/examples/replay.yaml) applied once. Every case tears down a fresh copy
+of the reference story with names of its own (tests/realcluster/teardown.py Story), so no case meets
+another's leftovers; the provider's finalizer work is a FinalizerController thread, as in the tests.
+
+The deleters are the simulator's (criticalsvc/sim/clients.py), played for real:
+
+    ideal          every 50 ms a server-side dry-run DELETE of each object left; the real DELETE the
+                   moment a dry run passes (the oracle: its teardown time is the critical path)
+    kubectl        `kubectl delete -f - --ignore-not-found --wait=false`, once
+    kubectl-rerun  the same, re-run 30 s after each run that did not exit 0
+    manifestwork   everything at once (Foreground, as the OCM work agent), each refusal retried 50 ms·2ⁿ ≤ 60 s
+    namespace      the story's namespaces and what lies outside them (the CRD, the CriticalService),
+                   retried the same way; the namespace controller deletes the content
+    gc-*           one DELETE of the root ClusterRole owning the whole story (blockOwnerDeletion) with that
+                   propagationPolicy; kube-controller-manager's garbage collector does the rest
+
+Makespan: from the deleter's first DELETE until every object of the story (and its root) is seen gone,
+polled every ~100 ms. A case is "stuck" after STUCK_CAP s, or, once its deleter has nothing left to do
+(the kubectl pass has exited, a retrying deleter has had every DELETE accepted), after QUIET s in which
+no object appeared, vanished or changed its deletion state: only the controllers could still move it,
+and within QUIET they would have. The garbage collector never counts as done (its backoff grows to
+1000 s), so gc cases only stop at the cap.
+
+Refusals are the 403 answers the deleter got; for gc, the gate's log lines for refused DELETEs of the
+story's objects by anyone but the gate itself (the garbage collector). Replays are the gate's "deletion
+replayed" log lines for the story's objects. The ideal is measured once per run (on the story without
+an owner, as the gc bundle's ideal too: the root goes the moment its dependents are gone) and each
+case's ratio divides by the ideal of its run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import heapq
+import json
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import yaml
+
+from benchmarks.replay import CASES, ROOT_OWNER, render
+from criticalsvc.backoff import Backoff
+
+CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
+CLUSTER_ROLES = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+GATE_USERS = "system:serviceaccount:criticalsvc-system:"  # the gate's own DELETEs are its replays
+# The operator's grant (api/examples/replay.yaml) for every story at once. The gate replays only what
+# it refused (provider, its namespace, the CriticalService), never the root owner or the CRD.
+REPLAY_ROLE = {
+    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    "metadata": {"name": "criticalsvc-replay-benchmark", "labels": {"criticalsvc.io/aggregate-to-replay": "true"}},
+    "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["delete"]},
+              {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["delete"]},
+              {"apiGroups": ["criticalsvc.io"], "resources": ["criticalservices"], "verbs": ["delete"]}],
+}
+POLL = 0.1  # the observer's round; one round GETs the ~10 objects of a story, itself 20-50 ms here
+IDEAL_INTERVAL = 0.05
+RERUN = 30.0  # kubectl-rerun: the person's patience between runs, as in the simulator
+# After its deleter is done, a teardown that nothing moved for this long is stuck: the slowest step the
+# controllers take alone here (the namespace controller emptying a namespace) takes a few seconds.
+QUIET = 30.0
+STUCK_CAP = 300.0
+RETRY = Backoff(initial=0.05, maximum=60.0)  # the OCM work agent's requeue of a failed deletion
+
+
+# --- deleters -------------------------------------------------------------------------------------------
+class Deleter(threading.Thread):
+    """One teardown client in a thread: when it sent its first DELETE, how many it had refused (403), and
+    whether it has nothing left to do (`done`)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(daemon=True, name=name)
+        self.first_delete: float | None = None
+        self.refusals = 0
+        self.done = False
+        self.stopping = threading.Event()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(60)
+
+    def _delete(self, client: Any, path: str, **kwargs: Any) -> httpx.Response:
+        sent = time.time()
+        response: httpx.Response = client.delete(path, **kwargs)
+        if self.first_delete is None:
+            self.first_delete = sent
+        if response.status_code == 403:
+            self.refusals += 1
+        return response
+
+
+class IdealDeleter(Deleter):
+    """Deletes each object the moment a server-side dry run says the gate allows it."""
+
+    def __init__(self, client: Any, paths: dict[str, str]) -> None:
+        super().__init__("ideal")
+        self.client, self.paths = client, paths
+
+    def run(self) -> None:
+        pending = dict(self.paths)
+        while pending and not self.stopping.is_set():
+            for key, path in list(pending.items()):
+                try:
+                    dry = self.client.delete(path, params={"dryRun": "All"})
+                    if dry.status_code == 404:  # gone, or a CR whose CRD is gone ("404 page not found")
+                        del pending[key]
+                    elif dry.status_code < 300 and self._delete(self.client, path).status_code in (200, 202, 404):
+                        del pending[key]
+                except httpx.HTTPError:
+                    continue
+            self.stopping.wait(IDEAL_INTERVAL)
+        self.done = True
+
+
+class KubectlDeleter(Deleter):
+    """`kubectl delete -f` of the story's text; with `repeat`, re-run that many seconds after each run that
+    failed, as a person does until it exits 0. kubectl runs at -v=6 so that the first DELETE's time can be
+    read from its log (its start-up and discovery come before it)."""
+
+    def __init__(self, kubectl: Callable[..., Any], text: str, *, repeat: float | None = None) -> None:
+        super().__init__("kubectl")
+        self.kubectl, self.text, self.repeat = kubectl, text, repeat
+        self.runs = 0
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            started = time.time()
+            done = self.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", "-v=6",
+                                input=self.text, timeout=120)
+            self.runs += 1
+            self.refusals += done.stderr.count("Error from server (Forbidden)")
+            if self.first_delete is None:
+                self.first_delete = _first_request(done.stderr, "DELETE") or started
+            if done.returncode == 0 or self.repeat is None or self.stopping.wait(self.repeat):
+                break
+        self.done = True
+
+
+class BackoffDeleter(Deleter):
+    """Sends a DELETE for every path at once and retries each refused one on its own exponential backoff
+    (RETRY), as the OCM work agent requeues a deletion that failed. An object whose DELETE was accepted
+    (or is not found) is left to the API server and the controllers."""
+
+    def __init__(self, client: Any, paths: dict[str, str], *, propagation: str) -> None:
+        super().__init__("backoff-deleter")
+        self.client, self.paths, self.propagation = client, paths, propagation
+
+    def run(self) -> None:
+        due = [(0.0, key) for key in self.paths]
+        failures = dict.fromkeys(self.paths, 0)
+        while due:
+            at, key = heapq.heappop(due)
+            if self.stopping.wait(max(0.0, at - time.monotonic())):
+                return
+            try:
+                response = self._delete(self.client, self.paths[key], body={
+                    "kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": self.propagation})
+                accepted = response.status_code in (200, 202, 404)
+            except httpx.HTTPError:
+                accepted = False
+            if not accepted:
+                failures[key] += 1
+                heapq.heappush(due, (time.monotonic() + RETRY.delay(failures[key]), key))
+        self.done = True
+
+
+class RootDeleter(Deleter):
+    """One DELETE of the root owner with `propagation`; the garbage collector does the rest, and keeps
+    retrying what the gate refuses, so this deleter is never `done`."""
+
+    def __init__(self, client: Any, path: str, *, propagation: str) -> None:
+        super().__init__("root-deleter")
+        self.client, self.path, self.propagation = client, path, propagation
+
+    def run(self) -> None:
+        response = self._delete(self.client, self.path, body={
+            "kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": self.propagation})
+        if response.status_code not in (200, 202):
+            raise AssertionError(f"DELETE {self.path}: {response.status_code} {response.text}")
+
+
+def _first_request(klog: str, verb: str) -> float | None:
+    """When kubectl sent its first `verb` request: the klog header time of its -v=6 response line, less
+    the round trip it reports."""
+    for line in klog.splitlines():
+        if verb not in line:
+            continue
+        header = re.match(r"^[IWE](\d\d)(\d\d) (\d\d):(\d\d):(\d\d\.\d+)", line)
+        if header is None:
+            continue
+        month, day, hour, minute, second = header.groups()
+        now = datetime.datetime.now()
+        at = now.replace(month=int(month), day=int(day), hour=int(hour), minute=int(minute),
+                         second=0, microsecond=0) + datetime.timedelta(seconds=float(second))
+        took = re.search(r"milliseconds=(\d+)| in (\d+) milliseconds", line)
+        return at.timestamp() - (int(next(g for g in took.groups() if g)) / 1000 if took else 0.0)
+    return None
+
+
+# --- stories -------------------------------------------------------------------------------------------
+@attrs.frozen
+class Bundle:
+    """One case's story and, for gc, the root ClusterRole that owns all of it."""
+
+    story: Any  # tests.realcluster.teardown.Story
+    root: str | None = None
+
+    @property
+    def root_path(self) -> str | None:
+        return f"{CLUSTER_ROLES}/{self.root}" if self.root else None
+
+    def paths(self) -> dict[str, str]:
+        paths: dict[str, str] = self.story.paths()
+        return paths | ({f"ClusterRole/{self.root}": f"{CLUSTER_ROLES}/{self.root}"} if self.root else {})
+
+    def namespace_targets(self) -> dict[str, str]:
+        """The namespace deleter's targets: the namespaces and what lives outside them."""
+        namespaces = {o["metadata"]["name"] for o in self.story.objects if o["kind"] == "Namespace"}
+        keep = {f"{o['kind']}/{o['metadata']['name']}" for o in self.story.objects
+                if o["kind"] == "Namespace" or o["metadata"].get("namespace") not in namespaces}
+        return {k: p for k, p in self.story.paths().items() if k in keep}
+
+
+def make_bundle(cluster: Any, suffix: str, *, replay: bool, owned: bool) -> Bundle:
+    """The renamed reference story, edited as benchmarks/replay.py's story_text edits the original; an owned
+    story's root is created first, since an ownerReference needs its owner's UID on a real API server."""
+    from tests.realcluster.teardown import Story
+
+    story = Story.make(suffix)
+    root = f"{ROOT_OWNER}-{suffix}" if owned else None
+    uid = ""
+    if root is not None:
+        # A ClusterRole without rules costs nothing to delete (as in the simulator's story).
+        created = cluster.admin.create(CLUSTER_ROLES, {"apiVersion": "rbac.authorization.k8s.io/v1",
+                                                       "kind": "ClusterRole", "metadata": {"name": root},
+                                                       "rules": []})
+        if created.status_code != 201:
+            raise AssertionError(f"creating {root}: {created.status_code} {created.text}")
+        uid = created.json()["metadata"]["uid"]
+    docs = story.objects
+    for d in docs:
+        if d["kind"] == "CriticalService" and replay:
+            d["spec"]["replayDeletion"] = "WhenTearingDown"
+        if root is not None:
+            d["metadata"]["ownerReferences"] = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                                                 "name": root, "uid": uid, "blockOwnerDeletion": True}]
+    return Bundle(attrs.evolve(story, text=yaml.safe_dump_all(docs, sort_keys=False)), root)
+
+
+def _replay_permitted(client: Any, name: str) -> bool:
+    status = (client.get(f"{CRITICAL_SERVICES}/{name}") or {}).get("status") or {}
+    return any(c.get("type") == "ReplayPermitted" and c.get("status") == "True"
+               for c in status.get("conditions") or [])
+
+
+# --- one case ------------------------------------------------------------------------------------------
+@attrs.define
+class Outcome:
+    completed: bool
+    makespan: float | None
+    refusals: int
+    replayed: int
+    why: str = ""
+
+
+class GateLog:
+    """The gate's log lines written since `mark()`, as JSON objects."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset = path, 0
+
+    def mark(self) -> None:
+        self.offset = self.path.stat().st_size
+
+    def since_mark(self) -> Iterator[dict[str, Any]]:
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict):
+                    yield entry
+
+
+def _state(client: Any, paths: dict[str, str]) -> dict[str, tuple[bool, tuple[str, ...]]]:
+    """key -> (being deleted, finalizers) of every object that exists."""
+    found = {}
+    for key, path in paths.items():
+        obj = client.get(path)
+        if obj is not None:
+            meta = obj["metadata"]
+            found[key] = (bool(meta.get("deletionTimestamp")), tuple(meta.get("finalizers") or ()))
+    return found
+
+
+def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter) -> Outcome:
+    """Run `deleter` with the story's finalizer controller until everything is gone or it is stuck."""
+    from tests.realcluster.teardown import FinalizerController
+
+    story, paths = bundle.story, bundle.paths()
+    controller = FinalizerController(cluster.admin, deployment_path=story.deployment_path,
+                                     crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
+    controller.start()
+    log.mark()
+    gone_at: dict[str, float] = {}
+    last: dict[str, tuple[bool, tuple[str, ...]]] = {}
+    changed = time.time()
+    why = ""
+    try:
+        deleter.start()
+        while True:
+            state = _state(cluster.admin, paths)
+            now = time.time()
+            for key in paths.keys() - state.keys():
+                gone_at.setdefault(key, now)
+            if state != last:
+                last, changed = state, now
+            if not state:
+                break
+            started = deleter.first_delete
+            if not deleter.is_alive() and not deleter.done:
+                why = f"the deleter failed (see stderr); left: {', '.join(sorted(state))}"
+                break
+            if started is not None and now - started > STUCK_CAP:
+                why = f"not done after {STUCK_CAP:.0f} s; left: {', '.join(sorted(state))}"
+                break
+            if deleter.done and now - changed > QUIET:
+                why = f"nothing moved for {QUIET:.0f} s after the deleter was done; left: {', '.join(sorted(state))}"
+                break
+            time.sleep(POLL)
+    finally:
+        deleter.stop()
+        leftover = cleanup(cluster, bundle)
+        controller.stop()
+    refusals, replayed = deleter.refusals, 0
+    suffix = f"-{story.suffix}"
+    for entry in log.since_mark():
+        if entry.get("event") == "deletion replayed" and str(entry.get("object", "")).endswith(suffix):
+            replayed += 1
+        elif (isinstance(deleter, RootDeleter) and entry.get("event") == "decision" and entry.get("result") == "denied"
+              and entry.get("operation") == "DELETE" and not entry.get("dry_run")
+              and str(entry.get("name", "")).endswith(suffix)
+              and not str(entry.get("user", "")).startswith(GATE_USERS)):
+            refusals += 1
+    if leftover:
+        print(f"  cleanup left {', '.join(leftover)} behind", file=sys.stderr, flush=True)
+    if why or deleter.first_delete is None:
+        return Outcome(False, None, refusals, replayed, why or "no DELETE was sent")
+    return Outcome(True, max(gone_at.values()) - deleter.first_delete, refusals, replayed)
+
+
+def cleanup(cluster: Any, bundle: Bundle) -> list[str]:
+    """Delete whatever the case left (the finalizer controller still running); the keys still there."""
+    from tests.realcluster.teardown import RetryingDeleter
+
+    left = {k: p for k, p in bundle.paths().items() if cluster.admin.exists(p)}
+    if left:
+        RetryingDeleter(cluster.admin, left).run(timeout=120)
+    cluster.kubectl("delete", "clusterrole", f"criticalsvc-read-{bundle.story.group}", "--ignore-not-found")
+    return [k for k, p in left.items() if cluster.admin.exists(p)]
+
+
+def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: str) -> Outcome:
+    from tests.realcluster.teardown import apply_story, wait_for
+
+    owned = deleter.startswith("gc-")
+    bundle = make_bundle(cluster, suffix, replay=replay, owned=owned)
+    story = bundle.story
+    apply_story(cluster.kubectl, cluster.admin, story)
+    if replay:
+        wait_for(lambda: _replay_permitted(cluster.admin, story.critical_service), timeout=60,
+                 what=f"{story.critical_service}: ReplayPermitted=True")
+    client = cluster.admin
+    running: Deleter
+    if deleter == "ideal":
+        running = IdealDeleter(client, story.paths())
+    elif deleter in ("kubectl", "kubectl-rerun"):
+        running = KubectlDeleter(cluster.kubectl, story.text, repeat=RERUN if deleter == "kubectl-rerun" else None)
+    elif deleter == "manifestwork":
+        running = BackoffDeleter(client, story.paths(), propagation="Foreground")
+    elif deleter == "namespace":
+        running = BackoffDeleter(client, bundle.namespace_targets(), propagation="Background")
+    elif owned and bundle.root_path is not None:
+        running = RootDeleter(client, bundle.root_path, propagation=deleter.removeprefix("gc-").capitalize())
+    else:
+        raise ValueError(f"no deleter {deleter!r}")
+    return measure(cluster, log, bundle, running)
+
+
+# --- the table -----------------------------------------------------------------------------------------
+def run(runs: int = 1) -> dict[str, Any]:
+    """Every case of benchmarks/replay.py `runs` times on one real control plane; rows as its sim_table's."""
+    from tests.realcluster import build
+    from tests.realcluster.cluster import real_cluster
+
+    reason = build.missing_toolchain() if build.cached(build.selected_minor()) is None else None
+    if reason is not None:
+        return {"skipped": reason}
+    binaries = build.ensure_built(build.selected_minor())
+    ideal: list[float] = []
+    outcomes: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in CASES}
+    with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp, real_cluster(binaries, Path(tmp)) as cluster:
+        done = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(REPLAY_ROLE))
+        if done.returncode != 0:
+            raise AssertionError(f"applying the replay grant: {done.stderr}")
+        log = GateLog(cluster.gate.replicas[0].process.log_path)
+        for r in range(runs):
+            base = run_case(cluster, log, "ideal", replay=False, suffix=f"ideal-{r}")
+            if base.makespan is None:
+                raise AssertionError(f"the ideal teardown did not complete: {base.why}")
+            ideal.append(base.makespan)
+            _progress(f"run {r + 1}/{runs} ideal", base, base.makespan)
+            for deleter, replay in CASES:
+                outcome = run_case(cluster, log, deleter, replay=replay,
+                                   suffix=f"{deleter}-{'on' if replay else 'off'}-{r}")
+                outcomes[deleter, replay].append(outcome)
+                _progress(f"run {r + 1}/{runs} {deleter} replay {'on' if replay else 'off'}", outcome, base.makespan)
+    return {"kubernetes": binaries.kubernetes_version, "rows": [_row(case, outcomes[case], ideal) for case in CASES],
+            "stuck": {f"{d} replay {'on' if r else 'off'}": [o.why for o in outcomes[d, r] if not o.completed]
+                      for d, r in CASES if not all(o.completed for o in outcomes[d, r])}}
+
+
+def _row(case: tuple[str, bool], outcomes: list[Outcome], ideal: list[float]) -> dict[str, Any]:
+    deleter, replay = case
+    row: dict[str, Any] = {"deleter": deleter, "replay": replay, "seeds": len(outcomes),
+                           "completed": sum(o.completed for o in outcomes),
+                           "idealSeconds": round(statistics.mean(ideal), 3),
+                           "refusals": round(statistics.mean(o.refusals for o in outcomes), 1),
+                           "replayed": round(statistics.mean(o.replayed for o in outcomes), 1)}
+    spans = [o.makespan for o in outcomes if o.makespan is not None]
+    if len(spans) == len(outcomes):
+        ratios = [s / b for s, b in zip(spans, ideal, strict=True)]
+        row |= {"makespanSeconds": round(statistics.mean(spans), 3),
+                "ratioMean": round(statistics.mean(ratios), 3), "ratioMax": round(max(ratios), 3)}
+    return row
+
+
+def _progress(what: str, outcome: Outcome, ideal: float) -> None:
+    if outcome.makespan is not None:
+        told = f"{outcome.makespan:.2f} s (ideal {ideal:.2f} s, ratio {outcome.makespan / ideal:.2f})"
+    else:
+        told = f"stuck: {outcome.why}"
+    print(f"[replay --real] {what}: {told}, refused {outcome.refusals}, replayed {outcome.replayed}",
+          file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks replay_real", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1, help="teardowns per case (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON (last line)")
+    args = parser.parse_args(argv)
+    result = run(args.runs)
+    if "skipped" in result:
+        print(f"real control plane: skipped ({result['skipped']})")
+    else:
+        print(render(result["rows"], "Real control plane (wall time), reference story:"))
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
