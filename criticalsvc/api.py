@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from .condition import Condition, compile_condition
 from .errors import InvalidSpec
 from .labels import LabelSelector, parse_label_selector
 
@@ -105,9 +106,10 @@ class FinalizerCriterion:
 
     group_resource: GroupResource
     finalizer_name: str
+    condition: Condition | None = None
 
     def __str__(self) -> str:
-        return f"no {self.group_resource} carries finalizer {self.finalizer_name}"
+        return f"no {self.group_resource} carries finalizer {self.finalizer_name}{_where(self.condition)}"
 
 
 @attrs.frozen
@@ -115,9 +117,10 @@ class SpecificResourceCriterion:
     """Met when the object `target` no longer exists (a terminating object still exists)."""
 
     target: ObjectRef
+    condition: Condition | None = None
 
     def __str__(self) -> str:
-        return f"{self.target} is gone"
+        return f"{self.target} is gone{_where(self.condition)}"
 
 
 @attrs.frozen
@@ -127,14 +130,20 @@ class ResourcesCriterion:
     group_resource: GroupResource
     namespace: str | None
     selector: LabelSelector
+    condition: Condition | None = None
 
     def __str__(self) -> str:
         where = f" in namespace {self.namespace}" if self.namespace else ""
         sel = f" matching {self.selector}" if not self.selector.is_empty else ""
-        return f"no {self.group_resource}{where}{sel} exists"
+        return f"no {self.group_resource}{where}{sel} exists{_where(self.condition)}"
 
 
 Criterion = FinalizerCriterion | SpecificResourceCriterion | ResourcesCriterion
+
+
+def _where(condition: Condition | None) -> str:
+    # Every criterion type may carry one (criticalsvc/condition.py): only objects it is true for count.
+    return f" (counting only objects where {condition})" if condition is not None else ""
 
 _CRITERION_MEMBERS = {"Finalizer": "finalizer", "SpecificResource": "specificResource", "Resources": "resources"}
 
@@ -215,7 +224,7 @@ def _parse_criterion(raw: Any, path: str) -> Criterion:
     if not isinstance(kind, str) or kind not in _CRITERION_MEMBERS:  # a list or object is unhashable
         raise InvalidSpec(f"{path}.type", "must be one of Finalizer, SpecificResource, Resources")
     member = _CRITERION_MEMBERS[kind]
-    _no_unknown(raw, {"type", *_CRITERION_MEMBERS.values()}, path)
+    _no_unknown(raw, {"type", "condition", *_CRITERION_MEMBERS.values()}, path)
     # Exactly the member named by `type` is set: a discriminated union, as in Kubernetes APIs.
     for other in _CRITERION_MEMBERS.values():
         if other != member and raw.get(other) is not None:
@@ -224,18 +233,20 @@ def _parse_criterion(raw: Any, path: str) -> Criterion:
     here = f"{path}.{member}"
     if not isinstance(body, Mapping):
         raise InvalidSpec(here, f"required when type is {kind}")
+    condition = compile_condition(raw["condition"], f"{path}.condition") if raw.get("condition") is not None \
+        else None
     if kind == "Finalizer":
         _no_unknown(body, {"group", "resource", "finalizerName"}, here)
         finalizer = _required_str(body, "finalizerName", here)
         if not _FINALIZER.fullmatch(finalizer) or len(finalizer) > 316:
             raise InvalidSpec(f"{here}.finalizerName", f"{finalizer!r} is not a valid finalizer name")
-        return FinalizerCriterion(_parse_group_resource(body, here), finalizer)
+        return FinalizerCriterion(_parse_group_resource(body, here), finalizer, condition)
     if kind == "SpecificResource":
-        return SpecificResourceCriterion(_parse_object_ref(body, here, name_required=True))
+        return SpecificResourceCriterion(_parse_object_ref(body, here, name_required=True), condition)
     _no_unknown(body, {"group", "resource", "namespace", "selector"}, here)
     namespace = _optional_namespace(body, here)
     selector = parse_label_selector(body.get("selector"), f"{here}.selector")
-    return ResourcesCriterion(_parse_group_resource(body, here), namespace, selector)
+    return ResourcesCriterion(_parse_group_resource(body, here), namespace, selector, condition)
 
 
 def _parse_object_ref(raw: Any, path: str, *, name_required: bool) -> ObjectRef:

@@ -4,23 +4,31 @@ A verdict says whether the criterion holds and, when it does not, how many objec
 first few of them (in (namespace, name) order, so a message is stable across retries and replicas). A criterion naming a
 type that is not served is met: no instance of an unserved type can exist (the live service's
 discovery learns the type the moment its CRD appears).
+
+A criterion with a condition (criticalsvc/condition.py) counts only the objects whose stored outcome
+is not False: True, an evaluation error and "not evaluated" all block (fail closed). The verdict also
+says how many objects the condition excluded and on which it failed, for `explain` and the status.
+Counting them walks the criterion's candidates once (a few hundred nanoseconds each, no CEL: the
+outcomes were computed when the objects entered the state).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from itertools import islice
 
 import attrs
 
 from .api import (
     Criterion,
+    CriticalService,
     FinalizerCriterion,
     GroupResource,
     ObjectRef,
     ResourcesCriterion,
     SpecificResourceCriterion,
 )
+from .condition import Condition
 from .objects import KubeObject
 from .state import ClusterState
 
@@ -36,9 +44,30 @@ class Verdict:
     examples: tuple[ObjectRef, ...] = ()
     # The resolved group/resource, or None when the named type is not served.
     group_resource: GroupResource | None = None
+    # With a condition: how many objects it excluded and the first few of them, and the first few
+    # objects it could not be evaluated on (they are among the blocking ones) with the error's text.
+    excluded: int = 0
+    excluded_examples: tuple[ObjectRef, ...] = ()
+    errors: tuple[tuple[ObjectRef, str], ...] = ()
 
     def describe(self) -> str:
         """One clause for a person at a terminal; only meaningful when not satisfied."""
+        clause = self._describe_objects()
+        if self.errors:
+            failed = ", ".join(f"{ref.key} ({error})" for ref, error in self.errors)
+            clause += f" (its condition could not be evaluated on {failed}: such objects count)"
+        return clause
+
+    def describe_excluded(self) -> str:
+        """Which objects the condition left out, and why; "" when it left out none."""
+        if not self.excluded or self.criterion.condition is None:
+            return ""
+        first = ", ".join(e.key for e in self.excluded_examples)
+        if self.excluded == 1:
+            return f"the condition is false for {first}, so it does not count"
+        return f"the condition is false for {self.excluded} objects (first: {first}), so they do not count"
+
+    def _describe_objects(self) -> str:
         c = self.criterion
         gr = self.group_resource or named_resource(c)
         first = ", ".join(e.key for e in self.examples)
@@ -67,6 +96,8 @@ def evaluate(criterion: Criterion, state: ClusterState) -> Verdict:
         return Verdict(criterion, True)
     if isinstance(criterion, SpecificResourceCriterion):
         obj = state.get(ObjectRef(gr, criterion.target.namespace, criterion.target.name))
+        if criterion.condition is not None:
+            return _conditioned(criterion, criterion.condition, () if obj is None else (obj,), gr)
         if obj is None:
             return Verdict(criterion, True, group_resource=gr)
         return Verdict(criterion, False, 1, (obj.ref,), gr)
@@ -74,6 +105,8 @@ def evaluate(criterion: Criterion, state: ClusterState) -> Verdict:
         blocking: Collection[KubeObject] = state.with_finalizer(gr, criterion.finalizer_name)
     else:
         blocking = state.select(gr, namespace=criterion.namespace, selector=criterion.selector)
+    if criterion.condition is not None:
+        return _conditioned(criterion, criterion.condition, blocking, gr)
     if not blocking:
         return Verdict(criterion, True, group_resource=gr)
     # A ClusterState answers in (namespace, name) order, so the first few are a prefix: O(EXAMPLES)
@@ -82,10 +115,50 @@ def evaluate(criterion: Criterion, state: ClusterState) -> Verdict:
     return Verdict(criterion, False, len(blocking), first, gr)
 
 
+def _conditioned(criterion: Criterion, condition: Condition, candidates: Collection[KubeObject],
+                 gr: GroupResource) -> Verdict:
+    count = excluded = 0
+    first: list[ObjectRef] = []
+    left_out: list[ObjectRef] = []
+    errors: list[tuple[ObjectRef, str]] = []
+    for obj in candidates:
+        outcome = obj.outcome(condition)
+        if outcome is False:
+            excluded += 1
+            if len(left_out) < EXAMPLES:
+                left_out.append(obj.ref)
+            continue
+        count += 1
+        if len(first) < EXAMPLES:
+            first.append(obj.ref)
+        if outcome is not True and len(errors) < EXAMPLES:
+            errors.append((obj.ref, outcome if isinstance(outcome, str) else "not evaluated yet"))
+    return Verdict(criterion, count == 0, count, tuple(first), gr, excluded, tuple(left_out), tuple(errors))
+
+
+def counts(criterion: Criterion, obj: KubeObject) -> bool:
+    """Does the criterion's condition (if any) let `obj` count? Only a False outcome leaves it out."""
+    return criterion.condition is None or obj.outcome(criterion.condition) is not False
+
+
+def conditions_by_resource(services: Iterable[CriticalService],
+                           state: ClusterState) -> dict[GroupResource, frozenset[Condition]]:
+    """The conditions that criteria of `services` put on each (served) group/resource: what a state
+    evaluates when an object of that type enters it."""
+    found: dict[GroupResource, set[Condition]] = {}
+    for cs in services:
+        for c in cs.criteria:
+            if c.condition is not None:
+                gr = state.resolve(named_resource(c))
+                if gr is not None:
+                    found.setdefault(gr, set()).add(c.condition)
+    return {gr: frozenset(conditions) for gr, conditions in found.items()}
+
+
 def covers(criterion: Criterion, obj: KubeObject, state: ClusterState) -> bool:
     """Is `obj` one of the objects that must be gone for `criterion` to hold?"""
     gr = state.resolve(named_resource(criterion))
-    if gr is None or gr != obj.group_resource:
+    if gr is None or gr != obj.group_resource or not counts(criterion, obj):
         return False
     if isinstance(criterion, SpecificResourceCriterion):
         return (criterion.target.namespace, criterion.target.name) == (obj.namespace, obj.name)

@@ -3,6 +3,8 @@
 It builds the DELETE admission request the API server would send for the object and runs the same
 `decide` the webhook runs, then lays out every CriticalService that has a say and each of its
 criteria with the objects that block it — so the answer is the gate's, not a re-implementation.
+A criterion with a condition also lists the objects its condition left out (false for them) and those
+it could not be evaluated on (they block: the gate fails closed).
 """
 
 from __future__ import annotations
@@ -45,11 +47,20 @@ class Explanation:
             "criticalServices": [
                 {"name": r.service.name, "role": r.role, "enforcement": r.service.enforcement.value,
                  "criteria": [{"index": i, "satisfied": v.satisfied, "description": str(v.criterion),
-                               "count": v.count, "examples": [e.key for e in v.examples]}
+                               "count": v.count, "examples": [e.key for e in v.examples],
+                               **_condition_dict(v)}
                               for i, v in enumerate(r.verdicts)]}
                 for r in self.services
             ],
         }
+
+
+def _condition_dict(v: Verdict) -> dict[str, Any]:
+    if v.criterion.condition is None:
+        return {}
+    return {"condition": v.criterion.condition.expression, "excluded": v.excluded,
+            "excludedExamples": [e.key for e in v.excluded_examples],
+            "conditionErrors": [{"object": ref.key, "error": error} for ref, error in v.errors]}
 
 
 def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | None = None) -> Explanation:
@@ -104,6 +115,8 @@ def render_text(e: Explanation) -> str:
             mark = "met  " if v.satisfied else "UNMET"
             detail = "" if v.satisfied else f" - {v.describe()}"
             lines.append(f"    [{mark}] criteria[{i}] {v.criterion}{detail}")
+            if v.excluded:
+                lines.append(f"            excluded: {v.describe_excluded()}")
     if not e.decision.allowed:
         lines.append(f"  Message: {e.decision.message}")
     for w in e.decision.warnings:

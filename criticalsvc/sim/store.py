@@ -51,6 +51,8 @@ from ..api import (
     ObjectRef,
     parse_critical_service,
 )
+from ..condition import Condition
+from ..criteria import conditions_by_resource
 from ..decision import AdmissionRequest, decide
 from ..errors import CriticalsvcError, InvalidInput
 from ..labels import LabelSelector, Requirement
@@ -213,6 +215,9 @@ class Store:
         # Warnings of webhook replies, recorded even on denial [D1]; the HTTP face clears this before a
         # request and returns what it holds afterwards as `Warning` headers (kubectl prints them).
         self.admission_warnings: collections.deque[str] = collections.deque(maxlen=64)
+        # The conditions criteria put on each type (criticalsvc/condition.py), evaluated as objects are
+        # stored; recomputed after a CriticalService or CRD changes (None: to be recomputed).
+        self._conditions: dict[GroupResource, frozenset[Condition]] | None = None
 
     @property
     def mapper(self) -> RESTMapper:
@@ -278,20 +283,45 @@ class Store:
         self.resource_version = next(self._rv)
         obj["metadata"]["resourceVersion"] = str(self.resource_version)
 
+    def _conditions_on(self, gr: GroupResource) -> frozenset[Condition]:
+        if self._conditions is None:
+            self._conditions = conditions_by_resource(self.state.critical_services(), self.state)
+        return self._conditions.get(gr, frozenset())
+
     def _index(self, gr: GroupResource, obj: dict[str, Any]) -> None:
-        self.state.upsert(project(obj, gr))
+        self.state.upsert(project(obj, gr, self._conditions_on(gr)))
         if gr == CRITICAL_SERVICES:
             try:
                 self.state.upsert_critical_service(parse_critical_service(obj))
             except InvalidInput:
                 self.state.remove_critical_service(obj["metadata"]["name"])
+            self._reevaluate()
+        elif gr == CRDS:
+            self._conditions = None  # a criterion naming the CRD's Kind may resolve now
+
+    def _reevaluate(self) -> None:
+        """Project again the objects of every type whose conditions changed: the gate's caches re-list
+        such a type (criticalsvc/cache/manager.py), and the simulated state must not lag them."""
+        before = self._conditions
+        self._conditions = None
+        for gr in {*(before or {}), *self._conditions_by_type()}:
+            conditions = self._conditions_on(gr)
+            if (before or {}).get(gr, frozenset()) != conditions:
+                for key in self._keys(gr, None):
+                    self.state.upsert(project(self._objects[key], gr, conditions))
+
+    def _conditions_by_type(self) -> dict[GroupResource, frozenset[Condition]]:
+        self._conditions_on(CRITICAL_SERVICES)
+        return self._conditions or {}
 
     def _unindex(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         md = obj["metadata"]
         self.state.remove(ObjectRef(gr, md.get("namespace", ""), md["name"]))
         if gr == CRITICAL_SERVICES:
             self.state.remove_critical_service(md["name"])
+            self._conditions = None
         if gr == CRDS:
+            self._conditions = None
             t = resource_type_from_crd(obj)
             if t is not None:
                 self.mapper.remove(t.group_resource)

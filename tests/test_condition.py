@@ -1,0 +1,229 @@
+"""Conditions on criteria (issue 11): compiled when a CriticalService is written, evaluated when an object
+enters a state, honoured by decisions, explain and status, failing closed on evaluation errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import find, given
+from strategies_core import RestrictedCondition, condition_pods, restricted_conditions
+
+from criticalsvc import criteria
+from criticalsvc.admission import parse_review, render_review
+from criticalsvc.api import GroupResource, ObjectRef, parse_critical_service
+from criticalsvc.condition import MAX_LENGTH, compile_condition, evaluate_condition
+from criticalsvc.decision import AdmissionRequest, Decision, Rule, decide
+from criticalsvc.errors import InvalidSpec
+from criticalsvc.explain import explain, render_text
+from criticalsvc.manifests import Manifest
+from criticalsvc.objects import KubeObject
+from criticalsvc.sim.store import Store
+from criticalsvc.snapshot import build_state
+from criticalsvc.state import MemoryState
+from criticalsvc.status import compute_status
+
+DEPLOYMENTS = GroupResource("apps", "deployments")
+PODS = GroupResource("", "pods")
+PROVIDER = ObjectRef(DEPLOYMENTS, "ns-b", "db")
+ACTIVE = "object.status.phase in ['Pending', 'Running']"
+
+
+# --- builders -------------------------------------------------------------------------------------------
+def service(condition: str | None = ACTIVE, *, name: str = "db") -> dict[str, Any]:
+    criterion: dict[str, Any] = {"type": "Resources", "resources": {"resource": "pods", "namespace": "ns-a"}}
+    if condition is not None:
+        criterion["condition"] = condition
+    return {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": name},
+            "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "ns-b", "name": "db"},
+                     "criteria": [criterion]}}
+
+
+def pod(name: str, phase: str | None, namespace: str = "ns-a") -> dict[str, Any]:
+    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+                           "spec": {"containers": [{"name": "c", "image": "registry.example.com/c:1"}]}}
+    if phase is not None:
+        obj["status"] = {"phase": phase}
+    return obj
+
+
+def provider() -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "db", "namespace": "ns-b"},
+            "spec": {"replicas": 1}}
+
+
+def state_of(*objects: dict[str, Any]) -> MemoryState:
+    return build_state([Manifest(o, f"doc {i}") for i, o in enumerate(objects)])
+
+
+def delete_provider(state: Any) -> Decision:
+    request = AdmissionRequest(uid="u", group_resource=DEPLOYMENTS, operation="DELETE", name="db", namespace="ns-b",
+                               old_object={"metadata": {"name": "db", "namespace": "ns-b"}})
+    return decide(request, state)
+
+
+def write(obj: dict[str, Any], operation: str = "CREATE") -> Decision:
+    request = AdmissionRequest(uid="u", group_resource=GroupResource("criticalsvc.io", "criticalservices"),
+                               operation=operation, name=obj["metadata"]["name"], namespace="", object=obj)
+    return decide(parse_review(json.loads(json.dumps(render_review(request)))), MemoryState())
+
+
+# --- compiled when written ------------------------------------------------------------------------------
+@pytest.mark.parametrize(("condition", "problem"), [
+    ("objekt.status.phase == 'Running'", "undeclared reference to 'objekt'"),
+    ("object.metadata.labels.exists(k, k == v)", "undeclared reference to 'v'"),
+    ("object.status.phase ==", "syntax error at line 1, column 21"),
+    ("", "must not be empty"),
+    (7, "must be a string (a CEL expression)"),
+    ("o" * (MAX_LENGTH + 1), f"Too long: may not be more than {MAX_LENGTH} bytes"),
+])
+def test_a_condition_that_does_not_compile_is_refused_naming_its_field(condition: Any, problem: str) -> None:
+    """The webhook refuses CREATE and UPDATE with 422 Invalid and one line naming spec.criteria[i].condition."""
+    obj = service()
+    other = {"resource": "configmaps", "namespace": "ns-a", "name": "x"}
+    obj["spec"]["criteria"].insert(0, {"type": "SpecificResource", "specificResource": other})
+    obj["spec"]["criteria"][1]["condition"] = condition
+    with pytest.raises(InvalidSpec) as raised:
+        parse_critical_service(obj)
+    assert str(raised.value) == f"spec.criteria[1].condition: {problem}"
+    for operation in ("CREATE", "UPDATE"):
+        refused = write(obj, operation)
+        assert (refused.allowed, refused.code, refused.reason, refused.rule) == \
+            (False, 422, "Invalid", Rule.INVALID_SPEC)
+        assert refused.message == f'CriticalService "db" is invalid: spec.criteria[1].condition: {problem}'
+
+
+@pytest.mark.parametrize("condition", [
+    ACTIVE, "object.spec.replicas > 0", "object.status.phase == 'Bound'",
+    "object.metadata.labels.exists(k, k == 'app') && has(object.status)", "type(object.spec) == map",
+])
+def test_a_condition_that_compiles_is_accepted(condition: str) -> None:
+    """Conditions in the issue's forms (and macros binding a variable) pass the webhook's check."""
+    assert write(service(condition)).allowed
+
+
+# --- decided on the stored outcome ----------------------------------------------------------------------
+def test_a_namespace_whose_only_pod_succeeded_no_longer_blocks_with_the_condition() -> None:
+    """With `phase in [Pending, Running]` a Succeeded pod does not count; without a condition it blocks."""
+    assert delete_provider(state_of(provider(), service(), pod("done", "Succeeded"))).rule == Rule.CRITERIA_MET
+    refused = delete_provider(state_of(provider(), service(None), pod("done", "Succeeded")))
+    assert not refused.allowed and "pods ns-a/done in namespace ns-a still exists" in refused.message
+
+
+def test_only_the_objects_the_condition_holds_for_are_named_and_counted() -> None:
+    """Two running pods block and are named; the succeeded one is neither counted nor named."""
+    state = state_of(provider(), service(), pod("a-done", "Succeeded"), pod("b-run", "Running"),
+                     pod("c-wait", "Pending"))
+    refused = delete_provider(state)
+    assert not refused.allowed
+    assert "still exist (2 objects; first: ns-a/b-run, ns-a/c-wait)" in refused.message
+    assert "a-done" not in refused.message
+
+
+def test_an_evaluation_error_counts_as_blocking_and_is_reported() -> None:
+    """A pod without status makes `object.status.phase` fail: it blocks (never an ALLOW) and the denial,
+    the status blockers and explain all carry the error."""
+    state = state_of(provider(), service(), pod("new", None))
+    refused = delete_provider(state)
+    assert not refused.allowed and refused.rule == Rule.BLOCKED
+    assert "its condition could not be evaluated on ns-a/new (no such key: status): such objects count" \
+        in refused.message
+    cs = next(iter(state.critical_services()))
+    (blocker,) = compute_status(cs, state, now=0)["blockers"]
+    assert "ns-a/new (no such key: status)" in blocker["description"]
+    report = explain(PROVIDER, state).to_dict()["criticalServices"][0]["criteria"][0]
+    assert report["conditionErrors"] == [{"object": "ns-a/new", "error": "no such key: status"}]
+
+
+def test_a_wrong_type_is_an_error_not_a_false() -> None:
+    """`object.spec.replicas > 0` on a string replicas is CEL's "no such overload": the object counts."""
+    obj = pod("odd", "Running")
+    obj["spec"]["replicas"] = "2"
+    state = state_of(provider(), service("object.spec.replicas > 0"), obj)
+    assert "ns-a/odd (no such overload)" in delete_provider(state).message
+
+
+def test_an_object_whose_outcome_was_never_evaluated_counts() -> None:
+    """A state holding an object projected without the condition (its CriticalService came later and
+    nothing re-read it) fails closed."""
+    state = MemoryState()
+    state.upsert(KubeObject(PODS, "ns-a", "old"))
+    state.upsert_critical_service(parse_critical_service(service()))
+    verdict = criteria.evaluate(parse_critical_service(service()).criteria[0], state)
+    assert (verdict.satisfied, verdict.errors) == (False, ((ObjectRef(PODS, "ns-a", "old"), "not evaluated yet"),))
+
+
+def test_explain_says_which_objects_the_condition_excluded_and_why() -> None:
+    """explain shows each excluded object under its criterion, in text and JSON."""
+    state = state_of(provider(), service(), pod("done", "Succeeded"), pod("failed", "Failed"), pod("run", "Running"))
+    e = explain(PROVIDER, state)
+    text = render_text(e)
+    assert "excluded: the condition is false for 2 objects (first: ns-a/done, ns-a/failed), so they do not count" \
+        in text
+    assert f"(counting only objects where {ACTIVE})" in text
+    report = e.to_dict()["criticalServices"][0]["criteria"][0]
+    assert (report["condition"], report["count"], report["excluded"], report["excludedExamples"]) == \
+        (ACTIVE, 1, 2, ["ns-a/done", "ns-a/failed"])
+
+
+def test_the_simulated_store_evaluates_objects_stored_before_their_critical_service() -> None:
+    """Pods first, CriticalService later (and a status change after that): the store's state follows,
+    as the gate's caches do by re-listing."""
+    store = Store(clock=lambda: 0.0)
+    for obj in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-a"}},
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-b"}}, provider(),
+                pod("done", "Succeeded")):
+        store.create(obj)
+    store.create(service())
+    assert delete_provider(store.state).rule == Rule.CRITERIA_MET
+    store.set_status(ObjectRef(PODS, "ns-a", "done"), {"phase": "Running"})
+    assert "ns-a/done" in delete_provider(store.state).message
+
+
+# --- against an independent oracle ----------------------------------------------------------------------
+def oracle_counts(obj: dict[str, Any], condition: RestrictedCondition, *, fail_closed: bool = True) -> bool:
+    """Plain Python's reading of the restricted forms; a missing field or a non-integer is an error."""
+    if condition.form == "phase-in":
+        if "status" not in obj:
+            return fail_closed
+        return obj["status"]["phase"] in condition.phases
+    replicas = obj["spec"].get("replicas")
+    if not isinstance(replicas, int):
+        return fail_closed
+    return bool(replicas > condition.bound)
+
+
+def gate_count(pods: list[dict[str, Any]], condition: RestrictedCondition) -> tuple[int, int, bool]:
+    state = state_of(provider(), service(condition.expression), *pods)
+    verdict = criteria.evaluate(parse_critical_service(service(condition.expression)).criteria[0], state)
+    return verdict.count, verdict.excluded, delete_provider(state).allowed
+
+
+@given(pods=condition_pods(), condition=restricted_conditions)
+def test_the_gate_counts_exactly_the_objects_plain_python_says_the_condition_keeps(
+        pods: list[dict[str, Any]], condition: RestrictedCondition) -> None:
+    """Counted, excluded and the decision agree with the oracle for every generated pod set and condition."""
+    expected = sum(oracle_counts(p, condition) for p in pods)
+    assert gate_count(pods, condition) == (expected, len(pods) - expected, expected == 0)
+
+
+def test_negative_control_a_fail_open_reading_disagrees_with_the_gate() -> None:
+    """The property above can fail: an oracle that lets evaluation errors exclude objects is caught."""
+    def fail_open_agrees(example: tuple[list[dict[str, Any]], RestrictedCondition]) -> bool:
+        pods, condition = example
+        expected = sum(oracle_counts(p, condition, fail_closed=False) for p in pods)
+        return gate_count(pods, condition)[0] != expected
+
+    from hypothesis import strategies as st
+
+    pods, condition = find(st.tuples(condition_pods(), restricted_conditions), fail_open_agrees)
+    assert any(oracle_counts(p, condition) != oracle_counts(p, condition, fail_closed=False) for p in pods)
+
+
+def test_evaluate_condition_gives_only_true_false_or_an_error_text() -> None:
+    """A non-boolean result is an error (it counts), never a truthy value."""
+    condition = compile_condition("object.status.phase", "c")
+    assert evaluate_condition(condition, {"status": {"phase": "Running"}}) == \
+        "the condition evaluated to string, not bool"
+    assert evaluate_condition(compile_condition("object.spec.replicas > 0", "c"), {"spec": {"replicas": 1}}) is True
