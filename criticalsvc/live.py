@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 import attrs
 
+from . import criteria
 from .api import CRITICAL_SERVICES, NAMESPACES, VERSION, CriticalService, GroupResource, ObjectRef
 from .cache.discovery import discover_group
 from .cache.transport import (
@@ -53,6 +54,7 @@ from .cache.transport import (
     TransportError,
     list_items,
 )
+from .condition import Condition
 from .decision import AdmissionRequest, Decision, Rule, decide, deny
 from .errors import InvalidInput, StateUnavailable
 from .labels import LabelSelector
@@ -91,9 +93,9 @@ def _describe(q: Question) -> str:
             return "the CriticalServices"
         case ("group", group):
             return f"the discovery of API group {group or 'core'}"
-        case ("get", gr, namespace, name):
+        case ("get", gr, namespace, name, _):
             return f"{gr} {namespace}/{name}" if namespace else f"{gr} {name}"
-        case ("list", gr, namespace, selector):
+        case ("list", gr, namespace, selector, _):
             where = f" in namespace {namespace}" if namespace else ""
             return f"{gr}{where}" + (f" matching {selector}" if selector else "")
     return str(q)
@@ -141,17 +143,22 @@ class LiveState:
         gr = self.resolve(ref.group_resource)
         if gr is None:
             return None  # not served: no such object can exist
-        found: KubeObject | None = self._answer(("get", gr, ref.namespace, ref.name), None)
+        found: KubeObject | None = self._answer(("get", gr, ref.namespace, ref.name, self._conditions_on(gr)), None)
         return found
 
+    def _conditions_on(self, gr: GroupResource) -> frozenset[Condition]:
+        if gr == CRITICAL_SERVICES:
+            return frozenset()  # no criterion is about CriticalServices' fields; spares a read
+        return criteria.conditions_by_resource(self.critical_services(), self).get(gr, frozenset())
+
     def with_finalizer(self, gr: GroupResource, finalizer: str) -> Collection[KubeObject]:
-        objects: list[KubeObject] = self._answer(("list", gr, None, ""), [])
+        objects: list[KubeObject] = self._answer(("list", gr, None, "", self._conditions_on(gr)), [])
         return _in_order([o for o in objects if finalizer in o.finalizers])
 
     def select(self, gr: GroupResource, *, namespace: str | None,
                selector: LabelSelector | None) -> Collection[KubeObject]:
         text = str(selector) if selector is not None else ""
-        objects: list[KubeObject] = self._answer(("list", gr, namespace, text), [])
+        objects: list[KubeObject] = self._answer(("list", gr, namespace, text, self._conditions_on(gr)), [])
         # Filtered here too: the answer must not depend on the server honouring labelSelector.
         return _in_order([o for o in objects if (namespace is None or o.namespace == namespace)
                           and (selector is None or selector.matches(o.labels))])
@@ -287,11 +294,11 @@ class LiveReader:
                 return RESTMapper(types) if types is not None else None
             case ("services",):
                 return await self._services(memo, deadline)
-            case ("get", GroupResource() as gr, str(namespace), str(name)):
-                return await self._get(gr, namespace, name, memo, deadline)
-            case ("list", GroupResource() as gr, namespace, str(selector)):
-                return await self._list(gr, namespace if isinstance(namespace, str) else None, selector, memo,
-                                        deadline)
+            case ("get", GroupResource() as gr, str(namespace), str(name), frozenset() as conditions):
+                return await self._get(gr, namespace, name, conditions, memo, deadline)
+            case ("list", GroupResource() as gr, namespace, str(selector), frozenset() as conditions):
+                return await self._list(gr, namespace if isinstance(namespace, str) else None, selector, conditions,
+                                        memo, deadline)
         raise TypeError(f"unknown question {q!r}")
 
     def _left(self, deadline: float) -> float:
@@ -335,24 +342,25 @@ class LiveReader:
                 return empty
             raise
 
-    async def _get(self, gr: GroupResource, namespace: str, name: str, memo: Mapping[Question, Any],
-                   deadline: float) -> KubeObject | None:
+    async def _get(self, gr: GroupResource, namespace: str, name: str, conditions: frozenset[Condition],
+                   memo: Mapping[Question, Any], deadline: float) -> KubeObject | None:
         async def read(t: ResourceType) -> KubeObject | None:
             if t.namespaced != bool(namespace):
                 return None  # a namespaced object named without namespace (or the reverse) cannot exist
+            # A condition reads spec and status: only then is the whole object worth its bytes.
             obj = await self.transport.get(t.path(namespace=namespace, name=name), timeout=self._left(deadline),
-                                           accept=ACCEPT_METADATA)
-            return project(obj, t.group_resource)
+                                           accept="application/json" if conditions else ACCEPT_METADATA)
+            return project(obj, t.group_resource, conditions)
 
         result: KubeObject | None = await self._with_type(gr, memo, deadline, read, None)
         return result
 
-    async def _list(self, gr: GroupResource, namespace: str | None, selector: str, memo: Mapping[Question, Any],
-                    deadline: float) -> list[KubeObject]:
+    async def _list(self, gr: GroupResource, namespace: str | None, selector: str, conditions: frozenset[Condition],
+                    memo: Mapping[Question, Any], deadline: float) -> list[KubeObject]:
         async def read(t: ResourceType) -> list[KubeObject]:
             items = await self._list_items(t.path(namespace=namespace), selector, deadline,
-                                           accept=ACCEPT_METADATA_LIST)
-            return [project(i, t.group_resource) for i in items]
+                                           accept="application/json" if conditions else ACCEPT_METADATA_LIST)
+            return [project(i, t.group_resource, conditions) for i in items]
 
         result: list[KubeObject] = await self._with_type(gr, memo, deadline, read, [])
         return result

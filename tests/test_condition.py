@@ -3,20 +3,26 @@ enters a state, honoured by decisions, explain and status, failing closed on eva
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from hypothesis import find, given
+from kubefakes import RunningStandIn, eventually, running_standin
 from strategies_core import RestrictedCondition, condition_pods, restricted_conditions
 
 from criticalsvc import criteria
 from criticalsvc.admission import parse_review, render_review
 from criticalsvc.api import GroupResource, ObjectRef, parse_critical_service
+from criticalsvc.cache import Backoff, CacheState, KubeTransport
 from criticalsvc.condition import MAX_LENGTH, compile_condition, evaluate_condition
 from criticalsvc.decision import AdmissionRequest, Decision, Rule, decide
 from criticalsvc.errors import InvalidSpec
 from criticalsvc.explain import explain, render_text
+from criticalsvc.live import LiveReader
 from criticalsvc.manifests import Manifest
 from criticalsvc.objects import KubeObject
 from criticalsvc.sim.store import Store
@@ -28,6 +34,11 @@ DEPLOYMENTS = GroupResource("apps", "deployments")
 PODS = GroupResource("", "pods")
 PROVIDER = ObjectRef(DEPLOYMENTS, "ns-b", "db")
 ACTIVE = "object.status.phase in ['Pending', 'Running']"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 # --- builders -------------------------------------------------------------------------------------------
@@ -227,3 +238,76 @@ def test_evaluate_condition_gives_only_true_false_or_an_error_text() -> None:
     assert evaluate_condition(condition, {"status": {"phase": "Running"}}) == \
         "the condition evaluated to string, not bool"
     assert evaluate_condition(compile_condition("object.spec.replicas > 0", "c"), {"spec": {"replicas": 1}}) is True
+
+
+# --- the live service: watch caches and fresh reads -----------------------------------------------------
+def stack(*pods: dict[str, Any]) -> Store:
+    """Namespaces ns-a and ns-b, the provider, `pods` and the CriticalService (created last)."""
+    store = Store(clock=time.time)
+    for obj in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-a"}},
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-b"}}, provider(), *pods,
+                service()):
+        store.create(obj)
+    return store
+
+
+@contextlib.asynccontextmanager
+async def watching(env: RunningStandIn) -> AsyncIterator[CacheState]:
+    from kubernetes.aio import client
+
+    api = client.ApiClient(client.Configuration(host=env.url))
+    cache = CacheState(KubeTransport(api), backoff=Backoff(initial=0.01, maximum=0.05))
+    try:
+        await cache.start()
+        yield cache
+    finally:
+        await cache.stop()
+        await api.close()
+
+
+DONE = ObjectRef(PODS, "ns-a", "done")
+
+
+@pytest.mark.anyio
+async def test_the_cache_evaluates_objects_as_they_arrive_and_relists_when_a_condition_changes() -> None:
+    """Pods are watched whole; a status change flips the decision; a new condition re-lists the pods."""
+    with running_standin(stack(pod("done", "Succeeded"))) as env:
+        async with watching(env) as cache:
+            assert await cache.wait_ready(5)
+            reflector = cache.reflector(PODS)
+            assert reflector is not None and not reflector.metadata_only
+            assert delete_provider(cache).rule == Rule.CRITERIA_MET
+            await env.write(lambda: env.store.set_status(DONE, {"phase": "Running"}))
+            await eventually(lambda: "ns-a/done" in delete_provider(cache).message, what="the running pod to block")
+            edited = env.store.get(GroupResource("criticalsvc.io", "criticalservices"), "", "db")
+            assert edited is not None
+            edited["spec"]["criteria"][0]["condition"] = "object.status.phase == 'Pending'"
+            await env.write(lambda: env.store.update(edited))
+            await eventually(lambda: delete_provider(cache).rule == Rule.CRITERIA_MET,
+                             what="the re-listed pods to be evaluated with the new condition")
+            assert cache.reflector(PODS) is not reflector
+
+
+@pytest.mark.anyio
+async def test_a_fresh_read_evaluates_the_condition_on_the_object_it_read() -> None:
+    """A cache ALLOW is confirmed on whole objects read fresh: a pod that started running since denies,
+    one that failed since still allows (a metadata-only read would have no status and count)."""
+    store = stack(pod("done", "Succeeded"))
+    stale = delete_provider(store.state)
+    assert stale.allowed and stale.protected
+    request = AdmissionRequest(uid="u", group_resource=DEPLOYMENTS, operation="DELETE", name="db", namespace="ns-b",
+                               old_object={"metadata": {"name": "db", "namespace": "ns-b"}})
+    with running_standin(store) as env:
+        from kubernetes.aio import client
+
+        api = client.ApiClient(client.Configuration(host=env.url))
+        try:
+            reader = LiveReader(KubeTransport(api))
+            await env.write(lambda: env.store.set_status(DONE, {"phase": "Failed"}))
+            assert (await reader.confirm(request, stale)).allowed
+            await env.write(lambda: env.store.set_status(DONE, {"phase": "Running"}))
+            confirmed = await reader.confirm(request, stale)
+        finally:
+            await api.close()
+    assert not confirmed.allowed and "pods ns-a/done in namespace ns-a still exists" in confirmed.message
+    assert "could not be evaluated" not in confirmed.message

@@ -8,6 +8,14 @@ naming it; the set is recomputed whenever a CriticalService or the mapper change
 the event handler, so a decision never sees a CriticalService whose resources are not at least
 registered as "needed".
 
+Conditions. A type that a criterion's condition (criticalsvc/condition.py) is about is watched with
+whole objects, not metadata only, because a condition reads spec and status; each object's outcomes
+are evaluated as it enters the cache and only they are kept (criticalsvc/objects.py), so memory per
+object grows by a pointer and decisions evaluate no CEL. When the set of conditions on a type changes
+(a CriticalService adds, edits or drops one), its reflector is replaced: the fresh LIST evaluates the
+new set on every object, and until it has synced the decisions that need the type are refused, as
+for any syncing type - never decided on objects whose outcome is unknown.
+
 What is served. The mapper starts empty and holds what discovery reports plus every established
 CRD in the CRD cache (the CRD watch learns a new type the moment it is established, before the next
 discovery read; a CRD change also triggers a discovery refresh). A name that does not resolve is a
@@ -56,6 +64,7 @@ import structlog
 from .. import criteria
 from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, GroupResource, ObjectRef
 from ..backoff import Backoff
+from ..condition import Condition
 from ..errors import InvalidInput, StateUnavailable
 from ..labels import LabelSelector
 from ..objects import KubeObject, project
@@ -143,6 +152,8 @@ class CacheState:
         self.rng = rng or random.Random()
         self.memory = MemoryState(RESTMapper(()))
         self._reflectors: dict[GroupResource, Reflector] = {}
+        # The conditions each reflector's objects are evaluated with (see "Conditions" above).
+        self._conditions: dict[GroupResource, frozenset[Condition]] = {}
         # Watched types no CriticalService names any more, since when (monotonic); dropped after unwatch_after.
         self._unneeded_since: dict[GroupResource, float] = {}
         # Set the first time every cache has synced; see `ready`.
@@ -321,9 +332,11 @@ class CacheState:
         if self._discovered is None or self._discovery_task is None:
             return
         needed = self._needed()
+        conditions = criteria.conditions_by_resource(self.memory.critical_services(), self.memory)
         now = time.monotonic()
         for gr, reflector in list(self._reflectors.items()):
-            if gr in needed and _watch_key(needed[gr]) == _watch_key(reflector.resource):
+            same_conditions = self._conditions.get(gr, frozenset()) == conditions.get(gr, frozenset())
+            if gr in needed and _watch_key(needed[gr]) == _watch_key(reflector.resource) and same_conditions:
                 self._unneeded_since.pop(gr, None)
             elif gr in needed or self.mapper.lookup(gr) is None:
                 self._drop(gr)  # another version or scope is wanted, or the type is no longer served
@@ -333,23 +346,27 @@ class CacheState:
                 asyncio.get_running_loop().call_later(self.unwatch_after, self._reconcile)
         for gr, t in needed.items():
             if gr not in self._reflectors:
-                self._watch(t)
+                self._watch(t, conditions.get(gr, frozenset()))
 
-    def _watch(self, t: ResourceType) -> None:
+    def _watch(self, t: ResourceType, conditions: frozenset[Condition]) -> None:
         gr = t.group_resource
         sink = _StoreSink(self)
+        self._conditions[gr] = conditions
         reflector = Reflector(transport=self.transport, resource=t, sink=sink,
-                              metadata_only=self.metadata_only and gr not in _FULL_OBJECTS, backoff=self.backoff,
+                              metadata_only=self.metadata_only and gr not in _FULL_OBJECTS and not conditions,
+                              backoff=self.backoff,
                               watch_seconds=self.watch_seconds, on_restart=self._on_restart,
                               on_synced=lambda _gr: self._notify(), rng=random.Random(self.rng.random()))
         sink.reflector = reflector
         self._reflectors[gr] = reflector
-        log.info("watching", resource=str(gr), version=t.version)
+        log.info("watching", resource=str(gr), version=t.version,
+                 conditions=sorted(c.expression for c in conditions) or None)
         reflector.start()
         self._notify()
 
     def _drop(self, gr: GroupResource) -> None:
         reflector = self._reflectors.pop(gr)
+        self._conditions.pop(gr, None)
         self._unneeded_since.pop(gr, None)
         log.info("no longer watching", resource=str(gr))
         task = asyncio.get_running_loop().create_task(reflector.stop())
@@ -393,11 +410,14 @@ class CacheState:
         self._after_change(gr)
 
     def _upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> KubeObject | None:
+        conditions = self._conditions.get(gr, frozenset())
         try:
-            slim = project(obj, gr)
+            slim = project(obj, gr, conditions)
         except InvalidInput as exc:
             log.warning("object ignored", resource=str(gr), error=str(exc))
             return None
+        if conditions:
+            self._log_condition_errors(slim)
         self.memory.upsert(slim)
         if gr == CRITICAL_SERVICES:
             self._upsert_service(obj, slim)
@@ -408,6 +428,15 @@ class CacheState:
             else:
                 self._crd_types.pop(slim.name, None)
         return slim
+
+    def _log_condition_errors(self, slim: KubeObject) -> None:
+        # Once per change of outcome, not per event: a pod's status changes every few seconds.
+        old = self.memory.get(slim.ref)
+        for condition, outcome in zip(slim.outcomes[::2], slim.outcomes[1::2], strict=True):
+            before = dict(zip(old.outcomes[::2], old.outcomes[1::2], strict=True)).get(condition) if old else None
+            if isinstance(outcome, str) and outcome != before:
+                log.warning("condition could not be evaluated; the object counts as blocking",
+                            resource=str(slim.group_resource), object=slim.key, condition=condition, error=outcome)
 
     def _upsert_service(self, obj: Mapping[str, Any], slim: KubeObject) -> None:
         from ..api import parse_critical_service
