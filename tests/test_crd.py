@@ -518,7 +518,9 @@ DEPLOYMENTS = GroupResource("apps", "deployments")
      ["shop/cart", "shop/invoicer"], ["storefront", "nightly-report"]),
     ("warn-enforcement.yaml", _delete(DEPLOYMENTS, "cert-system", "cert-controller"), True,
      ["(enforcement: Warn)", "shop/storefront-tls"], []),
-], ids=["webhook-deployment", "webhook-service", "webhook-namespace", "selector", "warn"])
+    ("conditions.yaml", _delete(DEPLOYMENTS, "broker", "job-broker"), False,
+     ["batch/report-2", "batch/ingest"], ["report-1", "archiver"]),
+], ids=["webhook-deployment", "webhook-service", "webhook-namespace", "selector", "warn", "conditions"])
 def test_examples_behave_as_their_headers_say(example: str, request_: AdmissionRequest, allowed: bool,
                                                named: list[str], not_named: list[str]) -> None:
     """Deleting an example's provider gets the answer its header promises, naming the blocking objects."""
