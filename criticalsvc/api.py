@@ -166,8 +166,13 @@ class CriticalService:
         return ObjectRef(CRITICAL_SERVICES, "", self.name)
 
 
-def parse_critical_service(obj: Any) -> CriticalService:
-    """A CriticalService object (the whole CR as JSON) -> CriticalService; raises InvalidSpec."""
+def parse_critical_service(obj: Any, *, lenient_conditions: bool = False) -> CriticalService:
+    """A CriticalService object (the whole CR as JSON) -> CriticalService; raises InvalidSpec.
+
+    `lenient_conditions`: a condition that does not compile is kept as one that errors on every
+    object (so each counts) instead of refusing the whole spec; for states, which must not drop a
+    stored CriticalService's protection (criticalsvc/condition.py, `compile_condition`).
+    """
     if not isinstance(obj, Mapping):
         raise InvalidSpec("", "a CriticalService must be a JSON object")
     metadata = obj.get("metadata")
@@ -178,7 +183,7 @@ def parse_critical_service(obj: Any) -> CriticalService:
         raise InvalidSpec("metadata.name", "required")
     if metadata.get("namespace"):
         raise InvalidSpec("metadata.namespace", "CriticalService is cluster-scoped; remove the namespace")
-    spec = parse_spec(obj.get("spec"))
+    spec = parse_spec(obj.get("spec"), lenient_conditions=lenient_conditions)
     status: Mapping[str, Any] = obj["status"] if isinstance(obj.get("status"), Mapping) else {}
     labels: Mapping[str, str] = metadata["labels"] if isinstance(metadata.get("labels"), Mapping) else {}
     provider_uid = status.get("providerUID")
@@ -192,7 +197,7 @@ def parse_critical_service(obj: Any) -> CriticalService:
     )
 
 
-def parse_spec(spec: Any) -> CriticalService:
+def parse_spec(spec: Any, *, lenient_conditions: bool = False) -> CriticalService:
     """Parse `.spec`; the result has an empty name (the caller fills in metadata)."""
     if not isinstance(spec, Mapping):
         raise InvalidSpec("spec", "required")
@@ -208,7 +213,8 @@ def parse_spec(spec: Any) -> CriticalService:
         raise InvalidSpec("spec.criteria", "required: a non-empty list")
     if len(raw_criteria) > MAX_CRITERIA:
         raise InvalidSpec("spec.criteria", too_many(len(raw_criteria), MAX_CRITERIA))
-    criteria = tuple(_parse_criterion(c, f"spec.criteria[{i}]") for i, c in enumerate(raw_criteria))
+    criteria = tuple(_parse_criterion(c, f"spec.criteria[{i}]", lenient_conditions)
+                     for i, c in enumerate(raw_criteria))
     return CriticalService(name="", provider=provider, criteria=criteria, enforcement=enforcement)
 
 
@@ -217,7 +223,7 @@ def too_many(count: int, limit: int) -> str:
     return f"Too many: {count}: must have at most {limit} items"
 
 
-def _parse_criterion(raw: Any, path: str) -> Criterion:
+def _parse_criterion(raw: Any, path: str, lenient_conditions: bool = False) -> Criterion:
     if not isinstance(raw, Mapping):
         raise InvalidSpec(path, "must be an object")
     kind = raw.get("type")
@@ -233,8 +239,8 @@ def _parse_criterion(raw: Any, path: str) -> Criterion:
     here = f"{path}.{member}"
     if not isinstance(body, Mapping):
         raise InvalidSpec(here, f"required when type is {kind}")
-    condition = compile_condition(raw["condition"], f"{path}.condition") if raw.get("condition") is not None \
-        else None
+    condition = compile_condition(raw["condition"], f"{path}.condition", lenient=lenient_conditions) \
+        if raw.get("condition") is not None else None
     if kind == "Finalizer":
         _no_unknown(body, {"group", "resource", "finalizerName"}, here)
         finalizer = _required_str(body, "finalizerName", here)

@@ -50,17 +50,28 @@ Outcome = bool | str
 
 @attrs.frozen(cache_hash=True)
 class Condition:
-    """A compiled condition; equal (and hashed) by its expression, so states share outcomes per text."""
+    """A compiled condition; equal (and hashed) by its expression, so states share outcomes per text.
+
+    `error` is set (and `program` None) for a condition that did not compile but was accepted
+    leniently (see `compile_condition`): it then errors on every object, so every object counts.
+    """
 
     expression: str
     _program: Any = attrs.field(eq=False, hash=False, repr=False)
+    error: str | None = attrs.field(default=None, eq=False, hash=False)
 
     def __str__(self) -> str:
         return self.expression
 
 
-def compile_condition(expression: Any, path: str) -> Condition:
-    """The condition at `path` (`spec.criteria[1].condition`), compiled; raises InvalidSpec."""
+def compile_condition(expression: Any, path: str, *, lenient: bool = False) -> Condition:
+    """The condition at `path` (`spec.criteria[1].condition`), compiled; raises InvalidSpec.
+
+    `lenient`: a string that does not compile becomes a Condition that errors on every object instead.
+    The states (caches, simulator, fresh reads) parse so: the CRD schema cannot compile CEL, so a
+    CriticalService written while the gate's webhook was absent may carry one, and ignoring the whole
+    CriticalService would lift its protection - the one outcome bad input must never have.
+    """
     if not isinstance(expression, str):
         raise InvalidSpec(path, "must be a string (a CEL expression)")
     if not expression.strip():
@@ -69,6 +80,8 @@ def compile_condition(expression: Any, path: str) -> Condition:
         raise InvalidSpec(path, f"Too long: may not be more than {MAX_LENGTH} bytes")
     program = _compile(expression)
     if isinstance(program, str):
+        if lenient:
+            return Condition(expression, None, error=f"{path} does not compile: {program}")
         raise InvalidSpec(path, program)
     return Condition(expression, program)
 
@@ -142,6 +155,8 @@ def evaluate_condition(condition: Condition, obj: Mapping[str, Any]) -> Outcome:
     from celpy.celtypes import BoolType
     from celpy.evaluation import CELEvalError
 
+    if condition.error is not None:
+        return condition.error
     try:
         result = condition._program.evaluate({OBJECT: json_to_cel(dict(obj))})
     except CELEvalError as exc:

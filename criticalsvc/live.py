@@ -373,7 +373,7 @@ class LiveReader:
             out: list[CriticalService] = []
             for item in items:
                 try:
-                    out.append(parse_critical_service(item))
+                    out.append(parse_critical_service(item, lenient_conditions=True))
                 except InvalidInput:
                     continue  # as in the cache: an invalid spec protects nothing
             return out

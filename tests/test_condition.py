@@ -311,3 +311,21 @@ async def test_a_fresh_read_evaluates_the_condition_on_the_object_it_read() -> N
             await api.close()
     assert not confirmed.allowed and "pods ns-a/done in namespace ns-a still exists" in confirmed.message
     assert "could not be evaluated" not in confirmed.message
+
+
+def test_a_stored_critical_service_whose_condition_does_not_compile_still_protects() -> None:
+    """One written while the webhook was absent (the CRD schema cannot compile CEL) is kept by the states,
+    every object of the criterion counting, with the compile error where the objects are named."""
+    store = Store(clock=lambda: 0.0)
+    for obj in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-a"}},
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-b"}}, provider(),
+                pod("done", "Succeeded")):
+        store.create(obj)
+    bad = service("objekt.status.phase == 'Running'")
+    with pytest.raises(InvalidSpec):
+        parse_critical_service(bad)
+    store.create(bad)  # a store without webhooks: as if the gate was not installed yet
+    refused = delete_provider(store.state)
+    assert not refused.allowed
+    assert "ns-a/done (spec.criteria[0].condition does not compile: undeclared reference to 'objekt')" \
+        in refused.message

@@ -442,11 +442,19 @@ class CacheState:
         from ..api import parse_critical_service
 
         try:
-            self.memory.upsert_critical_service(parse_critical_service(obj))
+            cs = parse_critical_service(obj, lenient_conditions=True)
         except InvalidInput as exc:
             # The CRD schema and the webhook reject such specs; one that slipped past protects nothing.
             log.warning("CriticalService ignored", critical_service=slim.name, error=str(exc))
             self.memory.remove_critical_service(slim.name)
+            return
+        for c in cs.criteria:
+            if c.condition is not None and c.condition.error is not None:
+                # Only the webhook can refuse such a spec (the CRD schema cannot compile CEL); one written
+                # while it was absent keeps protecting, every object of the criterion counting.
+                log.warning("condition does not compile; every object of its criterion counts as blocking",
+                            critical_service=cs.name, error=c.condition.error)
+        self.memory.upsert_critical_service(cs)
 
     def _delete(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         metadata: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}

@@ -292,7 +292,7 @@ class Store:
         self.state.upsert(project(obj, gr, self._conditions_on(gr)))
         if gr == CRITICAL_SERVICES:
             try:
-                self.state.upsert_critical_service(parse_critical_service(obj))
+                self.state.upsert_critical_service(parse_critical_service(obj, lenient_conditions=True))
             except InvalidInput:
                 self.state.remove_critical_service(obj["metadata"]["name"])
             self._reevaluate()
