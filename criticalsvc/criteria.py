@@ -6,10 +6,11 @@ type that is not served is met: no instance of an unserved type can exist (the l
 discovery learns the type the moment its CRD appears).
 
 A criterion with a condition (criticalsvc/condition.py) counts only the objects whose stored outcome
-is not False: True, an evaluation error and "not evaluated" all block (fail closed). The verdict also
-says how many objects the condition excluded and on which it failed, for `explain` and the status.
-Counting them walks the criterion's candidates once (a few hundred nanoseconds each, no CEL: the
-outcomes were computed when the objects entered the state).
+is not False: True, an evaluation error and "not evaluated" all block (fail closed). The state answers
+that from an index of outcomes (criticalsvc/state.py), so a conditioned criterion costs what an
+unconditioned one does and no CEL runs while deciding. The verdict also says how many objects the
+condition excluded and which named objects it failed on; `excluded_objects` names the excluded ones
+(for `explain`).
 """
 
 from __future__ import annotations
@@ -44,10 +45,9 @@ class Verdict:
     examples: tuple[ObjectRef, ...] = ()
     # The resolved group/resource, or None when the named type is not served.
     group_resource: GroupResource | None = None
-    # With a condition: how many objects it excluded and the first few of them, and the first few
-    # objects it could not be evaluated on (they are among the blocking ones) with the error's text.
+    # With a condition: how many objects it excluded, and which of the named blocking objects
+    # (`examples`) it could not be evaluated on, with the error's text (they count: fail closed).
     excluded: int = 0
-    excluded_examples: tuple[ObjectRef, ...] = ()
     errors: tuple[tuple[ObjectRef, str], ...] = ()
 
     def describe(self) -> str:
@@ -57,15 +57,6 @@ class Verdict:
             failed = ", ".join(f"{ref.key} ({error})" for ref, error in self.errors)
             clause += f" (its condition could not be evaluated on {failed}: such objects count)"
         return clause
-
-    def describe_excluded(self) -> str:
-        """Which objects the condition left out, and why; "" when it left out none."""
-        if not self.excluded or self.criterion.condition is None:
-            return ""
-        first = ", ".join(e.key for e in self.excluded_examples)
-        if self.excluded == 1:
-            return f"the condition is false for {first}, so it does not count"
-        return f"the condition is false for {self.excluded} objects (first: {first}), so they do not count"
 
     def _describe_objects(self) -> str:
         c = self.criterion
@@ -96,44 +87,54 @@ def evaluate(criterion: Criterion, state: ClusterState) -> Verdict:
         return Verdict(criterion, True)
     if isinstance(criterion, SpecificResourceCriterion):
         obj = state.get(ObjectRef(gr, criterion.target.namespace, criterion.target.name))
-        if criterion.condition is not None:
-            return _conditioned(criterion, criterion.condition, () if obj is None else (obj,), gr)
+        if obj is not None and criterion.condition is not None and obj.outcome(criterion.condition) is False:
+            return Verdict(criterion, True, group_resource=gr, excluded=1)
         if obj is None:
             return Verdict(criterion, True, group_resource=gr)
-        return Verdict(criterion, False, 1, (obj.ref,), gr)
-    if isinstance(criterion, FinalizerCriterion):
-        blocking: Collection[KubeObject] = state.with_finalizer(gr, criterion.finalizer_name)
-    else:
-        blocking = state.select(gr, namespace=criterion.namespace, selector=criterion.selector)
-    if criterion.condition is not None:
-        return _conditioned(criterion, criterion.condition, blocking, gr)
+        return Verdict(criterion, False, 1, (obj.ref,), gr, errors=_errors((obj,), criterion.condition))
+    blocking = _candidates(criterion, gr, state, criterion.condition)
+    excluded = len(_candidates(criterion, gr, state, None)) - len(blocking) if criterion.condition else 0
     if not blocking:
-        return Verdict(criterion, True, group_resource=gr)
+        return Verdict(criterion, True, group_resource=gr, excluded=excluded)
     # A ClusterState answers in (namespace, name) order, so the first few are a prefix: O(EXAMPLES)
     # however many objects block (a sort here cost a protected DELETE ~1 ms at 10,000 blocking CRs).
-    first = tuple(o.ref for o in islice(blocking, EXAMPLES))
-    return Verdict(criterion, False, len(blocking), first, gr)
+    first = tuple(islice(blocking, EXAMPLES))
+    return Verdict(criterion, False, len(blocking), tuple(o.ref for o in first), gr, excluded,
+                   _errors(first, criterion.condition))
 
 
-def _conditioned(criterion: Criterion, condition: Condition, candidates: Collection[KubeObject],
-                 gr: GroupResource) -> Verdict:
-    count = excluded = 0
-    first: list[ObjectRef] = []
-    left_out: list[ObjectRef] = []
-    errors: list[tuple[ObjectRef, str]] = []
-    for obj in candidates:
+def _candidates(criterion: FinalizerCriterion | ResourcesCriterion, gr: GroupResource, state: ClusterState,
+                condition: Condition | None) -> Collection[KubeObject]:
+    if isinstance(criterion, FinalizerCriterion):
+        return state.with_finalizer(gr, criterion.finalizer_name, condition=condition)
+    return state.select(gr, namespace=criterion.namespace, selector=criterion.selector, condition=condition)
+
+
+def _errors(objects: Iterable[KubeObject], condition: Condition | None) -> tuple[tuple[ObjectRef, str], ...]:
+    """The named blocking objects the condition could not be evaluated on, with the error."""
+    if condition is None:
+        return ()
+    out = []
+    for obj in objects:
         outcome = obj.outcome(condition)
-        if outcome is False:
-            excluded += 1
-            if len(left_out) < EXAMPLES:
-                left_out.append(obj.ref)
-            continue
-        count += 1
-        if len(first) < EXAMPLES:
-            first.append(obj.ref)
-        if outcome is not True and len(errors) < EXAMPLES:
-            errors.append((obj.ref, outcome if isinstance(outcome, str) else "not evaluated yet"))
-    return Verdict(criterion, count == 0, count, tuple(first), gr, excluded, tuple(left_out), tuple(errors))
+        if outcome is not True:
+            out.append((obj.ref, outcome if isinstance(outcome, str) else "not evaluated yet"))
+    return tuple(out)
+
+
+def excluded_objects(criterion: Criterion, state: ClusterState, *, limit: int = EXAMPLES) -> tuple[ObjectRef, ...]:
+    """The first `limit` objects the criterion's condition leaves out (walks the candidates: for
+    `explain`, not for decisions)."""
+    condition = criterion.condition
+    gr = state.resolve(named_resource(criterion))
+    if condition is None or gr is None:
+        return ()
+    if isinstance(criterion, SpecificResourceCriterion):
+        obj = state.get(ObjectRef(gr, criterion.target.namespace, criterion.target.name))
+        candidates: Iterable[KubeObject] = () if obj is None else (obj,)
+    else:
+        candidates = _candidates(criterion, gr, state, None)
+    return tuple(islice((o.ref for o in candidates if o.outcome(condition) is False), limit))
 
 
 def counts(criterion: Criterion, obj: KubeObject) -> bool:

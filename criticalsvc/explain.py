@@ -26,6 +26,8 @@ class ServiceReport:
     service: CriticalService
     role: str  # how the CriticalService relates to the target
     verdicts: tuple[Verdict, ...]
+    # Per criterion, the first objects its condition left out (empty without a condition).
+    excluded: tuple[tuple[ObjectRef, ...], ...] = ()
 
 
 @attrs.frozen
@@ -48,19 +50,29 @@ class Explanation:
                 {"name": r.service.name, "role": r.role, "enforcement": r.service.enforcement.value,
                  "criteria": [{"index": i, "satisfied": v.satisfied, "description": str(v.criterion),
                                "count": v.count, "examples": [e.key for e in v.examples],
-                               **_condition_dict(v)}
+                               **_condition_dict(v, r.excluded[i] if r.excluded else ())}
                               for i, v in enumerate(r.verdicts)]}
                 for r in self.services
             ],
         }
 
 
-def _condition_dict(v: Verdict) -> dict[str, Any]:
+def _condition_dict(v: Verdict, excluded: tuple[ObjectRef, ...]) -> dict[str, Any]:
     if v.criterion.condition is None:
         return {}
     return {"condition": v.criterion.condition.expression, "excluded": v.excluded,
-            "excludedExamples": [e.key for e in v.excluded_examples],
+            "excludedExamples": [e.key for e in excluded],
             "conditionErrors": [{"object": ref.key, "error": error} for ref, error in v.errors]}
+
+
+def describe_excluded(v: Verdict, excluded: tuple[ObjectRef, ...]) -> str:
+    """Which objects the condition left out, and why; "" when it left out none."""
+    first = ", ".join(e.key for e in excluded)
+    if not v.excluded:
+        return ""
+    if v.excluded == 1:
+        return f"the condition is false for {first}, so it does not count"
+    return f"the condition is false for {v.excluded} objects (first: {first}), so they do not count"
 
 
 def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | None = None) -> Explanation:
@@ -85,7 +97,8 @@ def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | 
     reports: list[ServiceReport] = []
 
     def add(cs: CriticalService, role: str) -> None:
-        reports.append(ServiceReport(cs, role, tuple(criteria.evaluate(c, state) for c in cs.criteria)))
+        reports.append(ServiceReport(cs, role, tuple(criteria.evaluate(c, state) for c in cs.criteria),
+                                     tuple(criteria.excluded_objects(c, state) for c in cs.criteria)))
 
     for cs in sorted(state.protecting(target), key=lambda c: c.name):
         add(cs, "protects it (it is the provider)")
@@ -115,8 +128,8 @@ def render_text(e: Explanation) -> str:
             mark = "met  " if v.satisfied else "UNMET"
             detail = "" if v.satisfied else f" - {v.describe()}"
             lines.append(f"    [{mark}] criteria[{i}] {v.criterion}{detail}")
-            if v.excluded:
-                lines.append(f"            excluded: {v.describe_excluded()}")
+            if v.excluded and r.excluded:
+                lines.append(f"            excluded: {describe_excluded(v, r.excluded[i])}")
     if not e.decision.allowed:
         lines.append(f"  Message: {e.decision.message}")
     for w in e.decision.warnings:

@@ -151,17 +151,18 @@ class LiveState:
             return frozenset()  # no criterion is about CriticalServices' fields; spares a read
         return criteria.conditions_by_resource(self.critical_services(), self).get(gr, frozenset())
 
-    def with_finalizer(self, gr: GroupResource, finalizer: str) -> Collection[KubeObject]:
+    def with_finalizer(self, gr: GroupResource, finalizer: str, *,
+                       condition: Condition | None = None) -> Collection[KubeObject]:
         objects: list[KubeObject] = self._answer(("list", gr, None, "", self._conditions_on(gr)), [])
-        return _in_order([o for o in objects if finalizer in o.finalizers])
+        return _in_order([o for o in objects if finalizer in o.finalizers and _counts(o, condition)])
 
-    def select(self, gr: GroupResource, *, namespace: str | None,
-               selector: LabelSelector | None) -> Collection[KubeObject]:
+    def select(self, gr: GroupResource, *, namespace: str | None, selector: LabelSelector | None,
+               condition: Condition | None = None) -> Collection[KubeObject]:
         text = str(selector) if selector is not None else ""
         objects: list[KubeObject] = self._answer(("list", gr, namespace, text, self._conditions_on(gr)), [])
         # Filtered here too: the answer must not depend on the server honouring labelSelector.
         return _in_order([o for o in objects if (namespace is None or o.namespace == namespace)
-                          and (selector is None or selector.matches(o.labels))])
+                          and (selector is None or selector.matches(o.labels)) and _counts(o, condition)])
 
     def critical_services(self) -> Collection[CriticalService]:
         services: list[CriticalService] = self._answer(("services",), [])
@@ -176,6 +177,10 @@ class LiveState:
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
         return [cs for cs in self.critical_services() if cs.provider.namespace == namespace]
+
+
+def _counts(obj: KubeObject, condition: Condition | None) -> bool:
+    return condition is None or obj.outcome(condition) is not False
 
 
 def _in_order(objects: list[KubeObject]) -> list[KubeObject]:

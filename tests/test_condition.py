@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from hypothesis import find, given
+from hypothesis import strategies as st
 from kubefakes import RunningStandIn, eventually, running_standin
 from strategies_core import RestrictedCondition, condition_pods, restricted_conditions
 
@@ -221,14 +222,12 @@ def test_the_gate_counts_exactly_the_objects_plain_python_says_the_condition_kee
 
 def test_negative_control_a_fail_open_reading_disagrees_with_the_gate() -> None:
     """The property above can fail: an oracle that lets evaluation errors exclude objects is caught."""
-    def fail_open_agrees(example: tuple[list[dict[str, Any]], RestrictedCondition]) -> bool:
+    def fail_open_disagrees(example: tuple[list[dict[str, Any]], RestrictedCondition]) -> bool:
         pods, condition = example
         expected = sum(oracle_counts(p, condition, fail_closed=False) for p in pods)
         return gate_count(pods, condition)[0] != expected
 
-    from hypothesis import strategies as st
-
-    pods, condition = find(st.tuples(condition_pods(), restricted_conditions), fail_open_agrees)
+    pods, condition = find(st.tuples(condition_pods(), restricted_conditions), fail_open_disagrees)
     assert any(oracle_counts(p, condition) != oracle_counts(p, condition, fail_closed=False) for p in pods)
 
 
@@ -329,3 +328,36 @@ def test_a_stored_critical_service_whose_condition_does_not_compile_still_protec
     assert not refused.allowed
     assert "ns-a/done (spec.criteria[0].condition does not compile: undeclared reference to 'objekt')" \
         in refused.message
+
+
+# --- the outcome index (criticalsvc/state.py) -----------------------------------------------------------
+_WRITES = st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["ns-a", "ns-b"]),
+                             st.none() | st.sampled_from([True, False, "no such key: status"]),
+                             st.sampled_from([(), ("example.com/f",)]), st.booleans()), max_size=30)
+
+
+@given(writes=_WRITES)
+def test_the_outcome_index_answers_as_filtering_every_object_does(
+        writes: list[tuple[str, str, Any, tuple[str, ...], bool]]) -> None:
+    """After any sequence of writes (outcomes flipping, finalizers changing, removals, objects without an
+    outcome), the indexed answers equal a filter of all objects by their outcome, in the same order."""
+    condition = compile_condition(ACTIVE, "c")
+    state = MemoryState()
+    for name, namespace, outcome, finalizers, remove in writes:
+        if remove:
+            state.remove(ObjectRef(PODS, namespace, name))
+        else:
+            outcomes = () if outcome is None else (ACTIVE, outcome)
+            state.upsert(KubeObject(PODS, namespace, name, finalizers=finalizers, outcomes=outcomes))
+    every = list(state.objects(PODS))
+
+    def kept(objs: Any) -> list[ObjectRef]:
+        return [o.ref for o in objs if o.outcome(condition) is not False]
+
+    for namespace in (None, "ns-a", "ns-b"):
+        got = state.select(PODS, namespace=namespace, selector=None, condition=condition)
+        expected = kept(o for o in every if namespace is None or o.namespace == namespace)
+        assert ([o.ref for o in got], len(got)) == (expected, len(expected))
+    got = state.with_finalizer(PODS, "example.com/f", condition=condition)
+    expected = kept(o for o in every if "example.com/f" in o.finalizers)
+    assert ([o.ref for o in got], len(got)) == (expected, len(expected))

@@ -507,14 +507,15 @@ class CacheState:
         self._require(gr)
         return self.memory.get(attrs.evolve(ref, group_resource=gr))
 
-    def with_finalizer(self, gr: GroupResource, finalizer: str) -> Collection[KubeObject]:
+    def with_finalizer(self, gr: GroupResource, finalizer: str, *,
+                       condition: Condition | None = None) -> Collection[KubeObject]:
         self._require(gr)
-        return self.memory.with_finalizer(gr, finalizer)
+        return self.memory.with_finalizer(gr, finalizer, condition=condition)
 
-    def select(self, gr: GroupResource, *, namespace: str | None,
-               selector: LabelSelector | None) -> Collection[KubeObject]:
+    def select(self, gr: GroupResource, *, namespace: str | None, selector: LabelSelector | None,
+               condition: Condition | None = None) -> Collection[KubeObject]:
         self._require(gr)
-        return self.memory.select(gr, namespace=namespace, selector=selector)
+        return self.memory.select(gr, namespace=namespace, selector=selector, condition=condition)
 
     def critical_services(self) -> Collection[CriticalService]:
         self._require(CRITICAL_SERVICES)
