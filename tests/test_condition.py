@@ -361,3 +361,22 @@ def test_the_outcome_index_answers_as_filtering_every_object_does(
     got = state.with_finalizer(PODS, "example.com/f", condition=condition)
     expected = kept(o for o in every if "example.com/f" in o.finalizers)
     assert ([o.ref for o in got], len(got)) == (expected, len(expected))
+
+
+# --- the commands ---------------------------------------------------------------------------------------
+EXAMPLE = "api/examples/conditions.yaml"
+
+
+def test_explain_and_plan_of_the_example_honour_its_conditions(capsys: pytest.CaptureFixture[str]) -> None:
+    """`explain` names the blocking and the excluded objects; `plan` waits only for what counts."""
+    from criticalsvc.cli import main
+
+    assert main(["explain", "deployment/job-broker", "-n", "broker", "--state", EXAMPLE]) == 1
+    out = capsys.readouterr().out
+    assert "pods batch/report-2 in namespace batch still exists" in out
+    assert "excluded: the condition is false for batch/report-1, so it does not count" in out
+    assert "excluded: the condition is false for batch/archiver, so it does not count" in out
+    assert main(["plan", "-f", EXAMPLE, "-o", "json"]) == 0
+    edges = json.loads(capsys.readouterr().out)["edges"]
+    before_broker = {e["from"]["name"] for e in edges if e["to"]["name"] == "job-broker"}
+    assert before_broker == {"report-2", "ingest"}
