@@ -380,3 +380,35 @@ def test_explain_and_plan_of_the_example_honour_its_conditions(capsys: pytest.Ca
     edges = json.loads(capsys.readouterr().out)["edges"]
     before_broker = {e["from"]["name"] for e in edges if e["to"]["name"] == "job-broker"}
     assert before_broker == {"report-2", "ingest"}
+
+
+# --- evaluating only the fields a condition reads -------------------------------------------------------
+_LEAF = st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from(["Running", "Succeeded", "b"])
+_KEYS = st.sampled_from(["metadata", "spec", "status", "phase", "replicas", "labels", "a", "reason", "image"])
+_JSON = st.recursive(_LEAF, lambda inner: st.lists(inner, max_size=2) | st.dictionaries(_KEYS, inner, max_size=4),
+                     max_leaves=12)
+_READING = [ACTIVE, "object.spec.replicas > 0", "has(object.status.phase) && object.metadata.labels['a'] == 'b'",
+            "object.status.phase == 'Running' || size(object.status) > 1",
+            "object.spec.image.exists(c, c == 'b')", "type(object.spec) == map"]
+
+
+@given(obj=st.dictionaries(_KEYS, _JSON, max_size=4), expression=st.sampled_from(_READING))
+def test_evaluating_only_the_fields_read_gives_what_evaluating_the_whole_object_gives(
+        obj: dict[str, Any], expression: str) -> None:
+    """The pruned evaluation's outcome equals cel-python's on the whole object (True, False or the same error)."""
+    import celpy
+    from celpy.adapter import json_to_cel
+
+    condition = compile_condition(expression, "c")
+    assert condition.paths is not None  # each of these reads fields only: the pruning is exercised
+    env = celpy.Environment()
+    try:
+        result: Any = env.program(env.compile(expression)).evaluate({"object": json_to_cel(obj)})
+    except celpy.evaluation.CELEvalError as exc:
+        result = exc
+    if isinstance(result, celpy.evaluation.CELEvalError):
+        expected: Any = "error"
+    else:
+        expected = bool(result) if isinstance(result, bool | celpy.celtypes.BoolType) else "not bool"
+    got = evaluate_condition(condition, obj)
+    assert (got if isinstance(got, bool) else ("not bool" if "not bool" in got else "error")) == expected
