@@ -218,6 +218,7 @@ class Store:
         # The conditions criteria put on each type (criticalsvc/condition.py), evaluated as objects are
         # stored; recomputed after a CriticalService or CRD changes (None: to be recomputed).
         self._conditions: dict[GroupResource, frozenset[Condition]] | None = None
+        self._conditioned: set[str] = set()  # CriticalServices with a condition, by name
 
     @property
     def mapper(self) -> RESTMapper:
@@ -291,11 +292,23 @@ class Store:
     def _index(self, gr: GroupResource, obj: dict[str, Any]) -> None:
         self.state.upsert(project(obj, gr, self._conditions_on(gr)))
         if gr == CRITICAL_SERVICES:
+            name = obj["metadata"]["name"]
             try:
-                self.state.upsert_critical_service(parse_critical_service(obj, lenient_conditions=True))
+                cs = parse_critical_service(obj, lenient_conditions=True)
             except InvalidInput:
-                self.state.remove_critical_service(obj["metadata"]["name"])
-            self._reevaluate()
+                self.state.remove_critical_service(name)
+                conditioned = False
+            else:
+                self.state.upsert_critical_service(cs)
+                conditioned = any(c.condition is not None for c in cs.criteria)
+            # Status writes are most CriticalService writes: they re-evaluate nothing unless conditions
+            # are (or were) involved.
+            if conditioned or name in self._conditioned:
+                if conditioned:
+                    self._conditioned.add(name)
+                else:
+                    self._conditioned.discard(name)
+                self._reevaluate()
         elif gr == CRDS:
             self._conditions = None  # a criterion naming the CRD's Kind may resolve now
 
@@ -319,6 +332,7 @@ class Store:
         self.state.remove(ObjectRef(gr, md.get("namespace", ""), md["name"]))
         if gr == CRITICAL_SERVICES:
             self.state.remove_critical_service(md["name"])
+            self._conditioned.discard(md["name"])
             self._conditions = None
         if gr == CRDS:
             self._conditions = None
