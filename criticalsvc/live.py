@@ -43,7 +43,7 @@ from typing import Any, Literal
 import attrs
 
 from . import criteria
-from .api import CRITICAL_SERVICES, NAMESPACES, VERSION, CriticalService, GroupResource, ObjectRef
+from .api import CRITICAL_SERVICES, NAMESPACES, VERSION, Criterion, CriticalService, GroupResource, ObjectRef
 from .cache.discovery import discover_group
 from .cache.transport import (
     ACCEPT_METADATA,
@@ -58,7 +58,7 @@ from .condition import Condition
 from .decision import AdmissionRequest, Decision, Rule, decide, deny
 from .errors import InvalidInput, StateUnavailable
 from .labels import LabelSelector
-from .objects import KubeObject, project
+from .objects import KubeObject
 from .restmapper import ResourceType, RESTMapper
 
 # The whole confirmation's budget; see the module docstring for the arithmetic.
@@ -146,10 +146,11 @@ class LiveState:
         found: KubeObject | None = self._answer(("get", gr, ref.namespace, ref.name, self._conditions_on(gr)), None)
         return found
 
-    def _conditions_on(self, gr: GroupResource) -> frozenset[Condition]:
+    def _conditions_on(self, gr: GroupResource) -> frozenset[Criterion]:
+        """The criteria with conditions on gr: part of the question, so a read evaluates them."""
         if gr == CRITICAL_SERVICES:
             return frozenset()  # no criterion is about CriticalServices' fields; spares a read
-        return criteria.conditions_by_resource(self.critical_services(), self).get(gr, frozenset())
+        return criteria.conditioned_criteria(self.critical_services(), self).get(gr, frozenset())
 
     def with_finalizer(self, gr: GroupResource, finalizer: str, *,
                        condition: Condition | None = None) -> Collection[KubeObject]:
@@ -299,10 +300,10 @@ class LiveReader:
                 return RESTMapper(types) if types is not None else None
             case ("services",):
                 return await self._services(memo, deadline)
-            case ("get", GroupResource() as gr, str(namespace), str(name), frozenset() as conditions):
-                return await self._get(gr, namespace, name, conditions, memo, deadline)
-            case ("list", GroupResource() as gr, namespace, str(selector), frozenset() as conditions):
-                return await self._list(gr, namespace if isinstance(namespace, str) else None, selector, conditions,
+            case ("get", GroupResource() as gr, str(namespace), str(name), frozenset() as conditioned):
+                return await self._get(gr, namespace, name, conditioned, memo, deadline)
+            case ("list", GroupResource() as gr, namespace, str(selector), frozenset() as conditioned):
+                return await self._list(gr, namespace if isinstance(namespace, str) else None, selector, conditioned,
                                         memo, deadline)
         raise TypeError(f"unknown question {q!r}")
 
@@ -347,25 +348,25 @@ class LiveReader:
                 return empty
             raise
 
-    async def _get(self, gr: GroupResource, namespace: str, name: str, conditions: frozenset[Condition],
+    async def _get(self, gr: GroupResource, namespace: str, name: str, conditioned: frozenset[Criterion],
                    memo: Mapping[Question, Any], deadline: float) -> KubeObject | None:
         async def read(t: ResourceType) -> KubeObject | None:
             if t.namespaced != bool(namespace):
                 return None  # a namespaced object named without namespace (or the reverse) cannot exist
             # A condition reads spec and status: only then is the whole object worth its bytes.
             obj = await self.transport.get(t.path(namespace=namespace, name=name), timeout=self._left(deadline),
-                                           accept="application/json" if conditions else ACCEPT_METADATA)
-            return project(obj, t.group_resource, conditions)
+                                           accept="application/json" if conditioned else ACCEPT_METADATA)
+            return criteria.project_for(obj, t.group_resource, conditioned)
 
         result: KubeObject | None = await self._with_type(gr, memo, deadline, read, None)
         return result
 
-    async def _list(self, gr: GroupResource, namespace: str | None, selector: str, conditions: frozenset[Condition],
+    async def _list(self, gr: GroupResource, namespace: str | None, selector: str, conditioned: frozenset[Criterion],
                     memo: Mapping[Question, Any], deadline: float) -> list[KubeObject]:
         async def read(t: ResourceType) -> list[KubeObject]:
             items = await self._list_items(t.path(namespace=namespace), selector, deadline,
-                                           accept="application/json" if conditions else ACCEPT_METADATA_LIST)
-            return [project(i, t.group_resource, conditions) for i in items]
+                                           accept="application/json" if conditioned else ACCEPT_METADATA_LIST)
+            return [criteria.project_for(i, t.group_resource, conditioned) for i in items]
 
         result: list[KubeObject] = await self._with_type(gr, memo, deadline, read, [])
         return result

@@ -4,7 +4,7 @@ CRDs are read first so that the objects they serve map to the right resource (an
 naming a Kind resolves); CriticalServices are parsed and indexed, and a broken one is an error that
 names its file and document, because an offline answer built on a silently skipped CriticalService
 would be wrong. CriticalServices are read before the other objects too, so that every object is
-projected with the outcomes of the conditions its type's criteria carry (criticalsvc/condition.py).
+projected with the outcomes of the conditions of the criteria it is a candidate of (criticalsvc/condition.py).
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from . import criteria
-from .api import API_VERSION, CRDS, KIND, CriticalService, GroupResource, parse_critical_service
-from .condition import Condition
+from .api import API_VERSION, CRDS, KIND, Criterion, CriticalService, GroupResource, parse_critical_service
 from .errors import InvalidInput, MalformedManifest
 from .manifests import Manifest
-from .objects import KubeObject, project
+from .objects import KubeObject
 from .restmapper import ResourceType, RESTMapper, guess_resource
 from .state import MemoryState
 
@@ -55,10 +54,10 @@ def build_state(manifests: Iterable[Manifest], *, mapper: RESTMapper | None = No
                 services.append(parse_critical_service(m.obj))
             except InvalidInput:
                 continue  # reported with its file and document below
-    conditions = criteria.conditions_by_resource(services, state)
+    conditioned = criteria.conditioned_criteria(services, state)
     for m in manifests:
         try:
-            add_manifest(state, m, conditions=conditions)
+            add_manifest(state, m, conditioned=conditioned)
         except InvalidInput as exc:
             if on_invalid is None:
                 raise
@@ -67,10 +66,10 @@ def build_state(manifests: Iterable[Manifest], *, mapper: RESTMapper | None = No
 
 
 def add_manifest(state: MemoryState, m: Manifest, *,
-                 conditions: Mapping[GroupResource, frozenset[Condition]] | None = None) -> KubeObject:
+                 conditioned: Mapping[GroupResource, frozenset[Criterion]] | None = None) -> KubeObject:
     gr = state.mapper.resource_for_kind(m.api_version, m.kind)
     try:
-        obj = project(m.obj, gr, (conditions or {}).get(gr, ()))
+        obj = criteria.project_for(m.obj, gr, (conditioned or {}).get(gr, frozenset()))
         if is_critical_service(m.obj):
             state.upsert_critical_service(parse_critical_service(m.obj))
     except InvalidInput as exc:

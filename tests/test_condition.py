@@ -412,3 +412,13 @@ def test_evaluating_only_the_fields_read_gives_what_evaluating_the_whole_object_
         expected = bool(result) if isinstance(result, bool | celpy.celtypes.BoolType) else "not bool"
     got = evaluate_condition(condition, obj)
     assert (got if isinstance(got, bool) else ("not bool" if "not bool" in got else "error")) == expected
+
+
+def test_a_condition_is_evaluated_only_on_the_objects_its_criterion_looks_at() -> None:
+    """A pod outside the criterion's namespace carries no outcome (no CEL spent on it) and changes nothing."""
+    state = state_of(provider(), service(), pod("run", "Running"), pod("elsewhere", "Running", namespace="ns-b"))
+    here = state.get(ObjectRef(PODS, "ns-a", "run"))
+    there = state.get(ObjectRef(PODS, "ns-b", "elsewhere"))
+    assert here is not None and there is not None
+    assert (here.outcomes, there.outcomes) == ((ACTIVE, True), ())
+    assert "ns-a/run" in delete_provider(state).message and "elsewhere" not in delete_provider(state).message

@@ -9,10 +9,11 @@ the event handler, so a decision never sees a CriticalService whose resources ar
 registered as "needed".
 
 Conditions. A type that a criterion's condition (criticalsvc/condition.py) is about is watched with
-whole objects, not metadata only, because a condition reads spec and status; each object's outcomes
-are evaluated as it enters the cache and only they are kept (criticalsvc/objects.py), so memory per
-object grows by a pointer and decisions evaluate no CEL. When the set of conditions on a type changes
-(a CriticalService adds, edits or drops one), its reflector is replaced: the fresh LIST evaluates the
+whole objects, not metadata only, because a condition reads spec and status; as an object enters the
+cache, the conditions of the criteria it is a candidate of are evaluated on it and only their outcomes
+are kept (criticalsvc/criteria.py `project_for`, criticalsvc/objects.py), so decisions evaluate no
+CEL. When the conditioned criteria on a type change (a CriticalService adds, edits or drops one, or
+moves one to another namespace), its reflector is replaced: the fresh LIST evaluates the
 new set on every object, and until it has synced the decisions that need the type are refused, as
 for any syncing type - never decided on objects whose outcome is unknown.
 
@@ -62,7 +63,7 @@ import attrs
 import structlog
 
 from .. import criteria
-from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, GroupResource, ObjectRef
+from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, Criterion, CriticalService, GroupResource, ObjectRef
 from ..backoff import Backoff
 from ..condition import Condition
 from ..errors import InvalidInput, StateUnavailable
@@ -152,8 +153,8 @@ class CacheState:
         self.rng = rng or random.Random()
         self.memory = MemoryState(RESTMapper(()))
         self._reflectors: dict[GroupResource, Reflector] = {}
-        # The conditions each reflector's objects are evaluated with (see "Conditions" above).
-        self._conditions: dict[GroupResource, frozenset[Condition]] = {}
+        # The criteria with conditions each reflector's objects are evaluated for (see "Conditions" above).
+        self._conditioned: dict[GroupResource, frozenset[Criterion]] = {}
         # Watched types no CriticalService names any more, since when (monotonic); dropped after unwatch_after.
         self._unneeded_since: dict[GroupResource, float] = {}
         # Set the first time every cache has synced; see `ready`.
@@ -332,10 +333,10 @@ class CacheState:
         if self._discovered is None or self._discovery_task is None:
             return
         needed = self._needed()
-        conditions = criteria.conditions_by_resource(self.memory.critical_services(), self.memory)
+        conditioned = criteria.conditioned_criteria(self.memory.critical_services(), self.memory)
         now = time.monotonic()
         for gr, reflector in list(self._reflectors.items()):
-            same_conditions = self._conditions.get(gr, frozenset()) == conditions.get(gr, frozenset())
+            same_conditions = self._conditioned.get(gr, frozenset()) == conditioned.get(gr, frozenset())
             if gr in needed and _watch_key(needed[gr]) == _watch_key(reflector.resource) and same_conditions:
                 self._unneeded_since.pop(gr, None)
             elif gr in needed or self.mapper.lookup(gr) is None:
@@ -346,27 +347,27 @@ class CacheState:
                 asyncio.get_running_loop().call_later(self.unwatch_after, self._reconcile)
         for gr, t in needed.items():
             if gr not in self._reflectors:
-                self._watch(t, conditions.get(gr, frozenset()))
+                self._watch(t, conditioned.get(gr, frozenset()))
 
-    def _watch(self, t: ResourceType, conditions: frozenset[Condition]) -> None:
+    def _watch(self, t: ResourceType, conditioned: frozenset[Criterion]) -> None:
         gr = t.group_resource
         sink = _StoreSink(self)
-        self._conditions[gr] = conditions
+        self._conditioned[gr] = conditioned
         reflector = Reflector(transport=self.transport, resource=t, sink=sink,
-                              metadata_only=self.metadata_only and gr not in _FULL_OBJECTS and not conditions,
+                              metadata_only=self.metadata_only and gr not in _FULL_OBJECTS and not conditioned,
                               backoff=self.backoff,
                               watch_seconds=self.watch_seconds, on_restart=self._on_restart,
                               on_synced=lambda _gr: self._notify(), rng=random.Random(self.rng.random()))
         sink.reflector = reflector
         self._reflectors[gr] = reflector
         log.info("watching", resource=str(gr), version=t.version,
-                 conditions=sorted(c.expression for c in conditions) or None)
+                 conditions=sorted({str(c.condition) for c in conditioned}) or None)
         reflector.start()
         self._notify()
 
     def _drop(self, gr: GroupResource) -> None:
         reflector = self._reflectors.pop(gr)
-        self._conditions.pop(gr, None)
+        self._conditioned.pop(gr, None)
         self._unneeded_since.pop(gr, None)
         log.info("no longer watching", resource=str(gr))
         task = asyncio.get_running_loop().create_task(reflector.stop())
@@ -410,13 +411,13 @@ class CacheState:
         self._after_change(gr)
 
     def _upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> KubeObject | None:
-        conditions = self._conditions.get(gr, frozenset())
+        conditioned = self._conditioned.get(gr, frozenset())
         try:
-            slim = project(obj, gr, conditions)
+            slim = criteria.project_for(obj, gr, conditioned) if conditioned else project(obj, gr)
         except InvalidInput as exc:
             log.warning("object ignored", resource=str(gr), error=str(exc))
             return None
-        if conditions:
+        if slim.outcomes:
             self._log_condition_errors(slim)
         self.memory.upsert(slim)
         if gr == CRITICAL_SERVICES:

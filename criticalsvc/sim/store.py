@@ -47,16 +47,15 @@ from ..api import (
     DELETION_PROTECTED_LABEL,
     NAMESPACES,
     ROUTED_PROVIDERS,
+    Criterion,
     GroupResource,
     ObjectRef,
     parse_critical_service,
 )
-from ..condition import Condition
-from ..criteria import conditions_by_resource
+from ..criteria import conditioned_criteria, project_for
 from ..decision import AdmissionRequest, decide
 from ..errors import CriticalsvcError, InvalidInput
 from ..labels import LabelSelector, Requirement
-from ..objects import project
 from ..restmapper import ResourceType, RESTMapper, guess_resource, resource_type_from_crd
 from ..state import MemoryState
 from ..timestamps import format_rfc3339
@@ -215,9 +214,9 @@ class Store:
         # Warnings of webhook replies, recorded even on denial [D1]; the HTTP face clears this before a
         # request and returns what it holds afterwards as `Warning` headers (kubectl prints them).
         self.admission_warnings: collections.deque[str] = collections.deque(maxlen=64)
-        # The conditions criteria put on each type (criticalsvc/condition.py), evaluated as objects are
+        # The criteria with conditions (criticalsvc/condition.py) on each type, evaluated as objects are
         # stored; recomputed after a CriticalService or CRD changes (None: to be recomputed).
-        self._conditions: dict[GroupResource, frozenset[Condition]] | None = None
+        self._conditions: dict[GroupResource, frozenset[Criterion]] | None = None
         self._conditioned: set[str] = set()  # CriticalServices with a condition, by name
 
     @property
@@ -284,13 +283,13 @@ class Store:
         self.resource_version = next(self._rv)
         obj["metadata"]["resourceVersion"] = str(self.resource_version)
 
-    def _conditions_on(self, gr: GroupResource) -> frozenset[Condition]:
+    def _conditions_on(self, gr: GroupResource) -> frozenset[Criterion]:
         if self._conditions is None:
-            self._conditions = conditions_by_resource(self.state.critical_services(), self.state)
+            self._conditions = conditioned_criteria(self.state.critical_services(), self.state)
         return self._conditions.get(gr, frozenset())
 
     def _index(self, gr: GroupResource, obj: dict[str, Any]) -> None:
-        self.state.upsert(project(obj, gr, self._conditions_on(gr)))
+        self.state.upsert(project_for(obj, gr, self._conditions_on(gr)))
         if gr == CRITICAL_SERVICES:
             name = obj["metadata"]["name"]
             try:
@@ -321,9 +320,9 @@ class Store:
             conditions = self._conditions_on(gr)
             if (before or {}).get(gr, frozenset()) != conditions:
                 for key in self._keys(gr, None):
-                    self.state.upsert(project(self._objects[key], gr, conditions))
+                    self.state.upsert(project_for(self._objects[key], gr, conditions))
 
-    def _conditions_by_type(self) -> dict[GroupResource, frozenset[Condition]]:
+    def _conditions_by_type(self) -> dict[GroupResource, frozenset[Criterion]]:
         self._conditions_on(CRITICAL_SERVICES)
         return self._conditions or {}
 
