@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,10 @@ OBJECT = "object"
 # A condition is stored in every CriticalService and shown in every denial that it shapes; the CRD
 # caps it (api/criticalservices.criticalsvc.io.yaml, maxLength; tests/test_api.py keeps the two equal).
 MAX_LENGTH = 1024
+# cel-python's interpreter recurses ~4.5 Python frames per level of its parse tree, so with Python's
+# default limit of 1000 frames it fails past ~220 levels (20 nested parentheses; measured). 160 levels
+# (14 parentheses, or any number of `&&` clauses: they nest 1 level each) leaves the caller's own frames room.
+MAX_DEPTH = 160
 # CEL's type identifiers, declared in every environment (cel-spec, langdef.md "Type denotations").
 _TYPE_NAMES = frozenset({"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type",
                          "type", "duration", "timestamp", "dyn"})
@@ -92,8 +97,17 @@ def compile_condition(expression: Any, path: str, *, lenient: bool = False) -> C
 
 @functools.lru_cache(maxsize=512)
 def _compile(expression: str) -> Any:
-    """The program, or the compile error's one-line text (remembered too: a CriticalService is re-parsed
-    on every watch event of it)."""
+    """(program, paths), or the compile error's one-line text (remembered too: a CriticalService is
+    re-parsed on every watch event of it)."""
+    try:
+        return _compile_checked(expression)
+    except RecursionError:
+        # `((((...))))` 300 deep exhausts the Python stack of the parser or of the checks below; cel-go
+        # stops at a nesting of 250 with this error (parser.go, maxRecursionDepth).
+        return "syntax error: expression recursion limit exceeded"
+
+
+def _compile_checked(expression: str) -> Any:
     from celpy.celparser import CELParseError
 
     env = _env()
@@ -104,6 +118,8 @@ def _compile(expression: str) -> Any:
         line, column = getattr(exc, "line", None), getattr(exc, "column", None)
         where = f" at line {line}, column {column}" if line and column else ""
         return f"syntax error{where}"
+    if _depth(ast) > MAX_DEPTH:
+        return "syntax error: expression recursion limit exceeded"
     undeclared = _undeclared(ast)
     if undeclared is not None:
         return f"undeclared reference to '{undeclared}'"
@@ -114,7 +130,27 @@ def _compile(expression: str) -> Any:
 def _env() -> Any:
     import celpy  # deferred: only CriticalServices with conditions need it
 
-    return celpy.Environment()
+    # celpy.Environment() raises the process's recursion limit to 2500 as a side effect (celpy/__init__.py,
+    # Environment.__init__); the gate keeps Python's own, so a deeply nested expression is a compile
+    # error ("recursion limit exceeded") rather than a deeper C stack for every thread.
+    limit = sys.getrecursionlimit()
+    try:
+        return celpy.Environment()
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _depth(ast: Any) -> int:
+    """The parse tree's depth, counted without recursion (the tree may be deeper than the stack allows)."""
+    from lark import Tree
+
+    deepest, stack = 0, [(ast, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, Tree):
+            stack.extend((child, depth + 1) for child in node.children)
+    return deepest
 
 
 def _undeclared(ast: Any) -> str | None:
