@@ -271,6 +271,16 @@ async def watching(env: RunningStandIn) -> AsyncIterator[CacheState]:
 DONE = ObjectRef(PODS, "ns-a", "done")
 
 
+def assert_decides_as_the_store(cache: CacheState, store: Store) -> None:
+    """The cache (outcomes evaluated on watch events) decides every DELETE as the store's own state does."""
+    for ref in list(store.refs()):
+        namespace = ref.name if ref.group_resource == GroupResource("", "namespaces") else ref.namespace
+        request = AdmissionRequest(uid="u", group_resource=ref.group_resource, operation="DELETE", name=ref.name,
+                                   namespace=namespace, old_object=store.get(ref.group_resource, ref.namespace,
+                                                                             ref.name))
+        assert decide(request, cache) == decide(request, store.state), ref
+
+
 @pytest.mark.anyio
 async def test_the_cache_evaluates_objects_as_they_arrive_and_relists_when_a_condition_changes() -> None:
     """Pods are watched whole; a status change flips the decision; a new condition re-lists the pods."""
@@ -280,8 +290,10 @@ async def test_the_cache_evaluates_objects_as_they_arrive_and_relists_when_a_con
             reflector = cache.reflector(PODS)
             assert reflector is not None and not reflector.metadata_only
             assert delete_provider(cache).rule == Rule.CRITERIA_MET
+            assert_decides_as_the_store(cache, env.store)
             await env.write(lambda: env.store.set_status(DONE, {"phase": "Running"}))
             await eventually(lambda: "ns-a/done" in delete_provider(cache).message, what="the running pod to block")
+            assert_decides_as_the_store(cache, env.store)
             edited = env.store.get(GroupResource("criticalsvc.io", "criticalservices"), "", "db")
             assert edited is not None
             edited["spec"]["criteria"][0]["condition"] = "object.status.phase == 'Pending'"
