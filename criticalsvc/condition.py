@@ -37,11 +37,13 @@ from .errors import InvalidSpec
 # The variable a condition reads, as in ValidatingAdmissionPolicy's `object`.
 OBJECT = "object"
 # A condition is stored in every CriticalService and shown in every denial that it shapes; the CRD
-# caps it (api/criticalservices.criticalsvc.io.yaml, maxLength; tests/test_api.py keeps the two equal).
+# caps it (api/criticalservices.criticalsvc.io.yaml, maxLength; tests/test_condition.py keeps the two equal).
 MAX_LENGTH = 1024
 # cel-python's interpreter recurses ~4.5 Python frames per level of its parse tree, so with Python's
 # default limit of 1000 frames it fails past ~220 levels (20 nested parentheses; measured). 160 levels
-# (14 parentheses, or any number of `&&` clauses: they nest 1 level each) leaves the caller's own frames room.
+# (14 parentheses, or any number of `&&` clauses: they nest 1 level each) leaves the caller's own frames
+# room, and is above the 12 repetitions of recursive rules cel-spec requires every implementation to
+# support (https://github.com/google/cel-spec/blob/master/doc/langdef.md, "Syntax").
 MAX_DEPTH = 160
 # CEL's type identifiers, declared in every environment (cel-spec, langdef.md "Type denotations").
 _TYPE_NAMES = frozenset({"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type",
@@ -102,8 +104,8 @@ def _compile(expression: str) -> Any:
     try:
         return _compile_checked(expression)
     except RecursionError:
-        # `((((...))))` 300 deep exhausts the Python stack of the parser or of the checks below; cel-go
-        # stops at a nesting of 250 with this error (parser.go, maxRecursionDepth).
+        # `((((...))))` 300 deep exhausts the Python stack of cel-python's parser before MAX_DEPTH is
+        # checked: the same answer.
         return "syntax error: expression recursion limit exceeded"
 
 

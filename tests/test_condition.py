@@ -9,6 +9,7 @@ import json
 import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,6 +109,15 @@ def test_a_condition_that_does_not_compile_is_refused_naming_its_field(condition
         assert (refused.allowed, refused.code, refused.reason, refused.rule) == \
             (False, 422, "Invalid", Rule.INVALID_SPEC)
         assert refused.message == f'CriticalService "db" is invalid: spec.criteria[1].condition: {problem}'
+
+
+def test_the_crd_and_the_parser_cap_a_condition_alike() -> None:
+    """The CRD's maxLength for spec.criteria[].condition is the parser's MAX_LENGTH."""
+    import yaml
+
+    crd = yaml.safe_load(Path("api/criticalservices.criticalsvc.io.yaml").read_text(encoding="utf-8"))
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["criteria"]["items"]["properties"]["condition"]["maxLength"] == MAX_LENGTH
 
 
 @pytest.mark.parametrize("condition", [
