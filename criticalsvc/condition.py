@@ -45,7 +45,7 @@ MAX_LENGTH = 1024
 # room, and is above the 12 repetitions of recursive rules cel-spec requires every implementation to
 # support (https://github.com/google/cel-spec/blob/master/doc/langdef.md, "Syntax").
 MAX_DEPTH = 160
-# CEL's type identifiers, declared in every environment (cel-spec, langdef.md "Type denotations").
+# CEL's type identifiers, declared in every environment (cel-spec langdef.md, "Type Values").
 _TYPE_NAMES = frozenset({"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type",
                          "type", "duration", "timestamp", "dyn"})
 # Macros that bind their first argument as a variable (cel-spec langdef.md "Macros").

@@ -111,6 +111,19 @@ def test_a_condition_that_does_not_compile_is_refused_naming_its_field(condition
         assert refused.message == f'CriticalService "db" is invalid: spec.criteria[1].condition: {problem}'
 
 
+@pytest.mark.parametrize("expression", [
+    "string(" * 12 + "object.spec.replicas" + ")" * 12 + " == '1'",  # 12 nested calls
+    "[" * 12 + "1" + "]" * 12 + " != []",  # 12 nested list literals
+    "has(object" + ".a" * 12 + ")",  # 12 selections in a row
+    " ".join(f"object.spec.replicas == {i} ? true :" for i in range(24)) + " false",  # 24 ternaries
+    " && ".join(f"object.spec.replicas > {-i}" for i in range(1, 33)),  # 32 terms
+], ids=["calls", "lists", "selections", "ternaries", "and-terms"])
+def test_what_cel_spec_requires_compiles_and_evaluates_within_the_nesting_limit(expression: str) -> None:
+    """cel-spec's minimums (langdef.md, "Syntax") are accepted and evaluate without exhausting the stack."""
+    outcome = evaluate_condition(compile_condition(expression, "c"), {"spec": {"replicas": 1}})
+    assert isinstance(outcome, bool), outcome
+
+
 def test_the_crd_and_the_parser_cap_a_condition_alike() -> None:
     """The CRD's maxLength for spec.criteria[].condition is the parser's MAX_LENGTH."""
     import yaml
