@@ -3,6 +3,7 @@
     python -m benchmarks scale [--decisions 10000] [--services 10,100,1000,10000] [--crs-per-service 10]
                                [--objects-services 100] [--objects 1000,10000,50000,200000]
                                [--matching 10,100,1000,10000] [--memory-objects 200000] [--seed 0] [--json]
+                               [--conditions-matching 10,1000,10000] [--condition EXPR]
 
 The cluster is generated, not loaded: N operators, each a Namespace, a provider Deployment, a CRD
 and a CriticalService (a Finalizer criterion on its CRs plus a SpecificResource criterion on its
@@ -12,6 +13,10 @@ ConfigMaps no CriticalService names. Three sweeps, each varying one thing:
     services sweep   N = 10 .. 10,000 CriticalServices, 10 CRs each (the cluster grows with N)
     objects sweep    100 CriticalServices x 10 CRs, filled up with ConfigMaps to 1k .. 200k objects
     matching sweep   1 CriticalService whose Finalizer criterion matches 10 .. 10,000 CRs
+    conditions sweep the matching sweep's cluster at 10 .. 10,000 CRs, each size twice: without a
+                     condition and with --condition on the Finalizer criterion (default
+                     `object.spec.size % 2 == 0`: half the CRs count), timed interleaved in one sweep,
+                     so the two figures of a size are comparable (issue 11)
 
 Each point times `decide()` (time.perf_counter_ns around the call only) over a random mix of the
 DELETEs a gate sees: a provider Deployment (protected: a Finalizer criterion holds), a CRD (protected:
@@ -23,6 +28,8 @@ outside load on a shared machine lands on all of them alike.
 Memory: tracemalloc traces building raw object dicts (fresh strings, as a JSON decoder makes them),
 projecting them to KubeObjects and upserting them into a MemoryState; the dicts are then dropped and
 what stays allocated, divided by the object count, is the cost of one cached object (goal <= 500 B).
+It is measured twice, without and with --condition evaluated on every object as it is projected (the
+cache stores its outcome, not the object: criticalsvc/objects.py).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import uuid
 from typing import Any
 
 from criticalsvc.api import GroupResource
+from criticalsvc.condition import compile_condition
 from criticalsvc.decision import AdmissionRequest, decide
 from criticalsvc.manifests import Manifest
 from criticalsvc.objects import project
@@ -57,9 +65,14 @@ def _uid(i: int) -> str:
     return str(uuid.UUID(int=(i * 0x9E3779B97F4A7C15F39CC0605CEDC835) % 2**128, version=4))
 
 
-def cluster(services: int, crs: int, filler: int = 0) -> list[Manifest]:
+# Half the CRs count (spec.size is the CR's index): the evaluation and the filtering both do work.
+DEFAULT_CONDITION = "object.spec.size % 2 == 0"
+
+
+def cluster(services: int, crs: int, filler: int = 0, condition: str | None = None) -> list[Manifest]:
     """Manifests of `services` operators, `crs` CRs spread evenly over them and TENANTS namespaces,
-    and `filler` ConfigMaps no CriticalService names (a bigger cluster, nothing more to match)."""
+    and `filler` ConfigMaps no CriticalService names (a bigger cluster, nothing more to match); with
+    `condition`, every Finalizer criterion carries it and every CR a spec.size to read."""
     out: list[Manifest] = []
     n = 0
 
@@ -87,7 +100,8 @@ def cluster(services: int, crs: int, filler: int = 0) -> list[Manifest]:
                                    "name": "controller"},
                       "criteria": [{"type": "Finalizer",
                                     "finalizer": {"group": group, "resource": plural,
-                                                  "finalizerName": f"{group}/cleanup"}},
+                                                  "finalizerName": f"{group}/cleanup"},
+                                    **({"condition": condition} if condition else {})},
                                    {"type": "SpecificResource",
                                     "specificResource": {"group": "apiextensions.k8s.io",
                                                          "resource": "customresourcedefinitions",
@@ -98,7 +112,8 @@ def cluster(services: int, crs: int, filler: int = 0) -> list[Manifest]:
         add({"apiVersion": f"{group}/v1", "kind": kind,
              "metadata": {"name": f"w{j}", "namespace": f"tenant-{j % TENANTS}",
                           "labels": {"app.kubernetes.io/instance": f"w{j}"},
-                          "finalizers": [f"{group}/cleanup"]}})
+                          "finalizers": [f"{group}/cleanup"]},
+             **({"spec": {"size": j}} if condition else {})})
     for k in range(filler):
         add({"apiVersion": "v1", "kind": "ConfigMap",
              "metadata": {"name": f"cm-{k}", "namespace": f"tenant-{k % TENANTS}",
@@ -149,16 +164,21 @@ def requests(services: int, crs: int, count: int, rng: random.Random) -> list[Ad
     return out
 
 
-def build_point(services: int, crs: int, filler: int = 0) -> tuple[MemoryState, dict[str, Any]]:
+def build_point(services: int, crs: int, filler: int = 0,
+                condition: str | None = None) -> tuple[MemoryState, dict[str, Any]]:
     t0 = time.perf_counter()
-    manifests = cluster(services, crs, filler)
+    manifests = cluster(services, crs, filler, condition)
     state = build_state(manifests)
     info = {"services": services, "crs": crs, "matchingPerService": crs // services, "objects": len(manifests),
-            "buildSeconds": round(time.perf_counter() - t0, 2)}
+            "buildSeconds": round(time.perf_counter() - t0, 2), "condition": condition or ""}
     return state, info
 
 
-def sweep(points: list[tuple[int, int, int]], *, decisions: int, rounds: int, seed: int) -> list[dict[str, Any]]:
+# (services, CRs, filler ConfigMaps[, condition]): the arguments of build_point.
+Point = tuple[int, int, int] | tuple[int, int, int, str | None]
+
+
+def sweep(points: list[Point], *, decisions: int, rounds: int, seed: int) -> list[dict[str, Any]]:
     """Build every point's state, then time `decisions` per point in `rounds` blocks, round-robin.
 
     Interleaved because the machine is shared: a burst of outside load (or a collection) lasting a
@@ -194,7 +214,8 @@ def sweep(points: list[tuple[int, int, int]], *, decisions: int, rounds: int, se
         info.update({"p50us": round(percentile(xs, 50) / 1000, 1), "p99us": round(percentile(xs, 99) / 1000, 1),
                      "maxus": round(xs[-1] / 1000, 1), "meanus": round(sum(xs) / len(xs) / 1000, 1),
                      "denied": n_denied, "decisions": len(xs)})
-        print(f"   scale: {info['services']} services, {info['objects']} objects: p50 {info['p50us']} us, "
+        cond = f" (condition {info['condition']})" if info["condition"] else ""
+        print(f"   scale: {info['services']} services, {info['objects']} objects{cond}: p50 {info['p50us']} us, "
               f"p99 {info['p99us']} us (build {info['buildSeconds']} s)", file=sys.stderr, flush=True)
         results.append(info)
     del built
@@ -203,8 +224,9 @@ def sweep(points: list[tuple[int, int, int]], *, decisions: int, rounds: int, se
     return results
 
 
-def memory_per_object(count: int) -> dict[str, Any]:
+def memory_per_object(count: int, condition: str | None = None) -> dict[str, Any]:
     """tracemalloc bytes that stay allocated per CR cached in a MemoryState (see the module docstring)."""
+    conditions = (compile_condition(condition, "--condition"),) if condition else ()
     state = MemoryState()
     gr = GroupResource("op0.example.com", "widgets0")
     gc.collect()
@@ -218,7 +240,7 @@ def memory_per_object(count: int) -> dict[str, Any]:
                                        "app.kubernetes.io/managed-by": "op0"},
                             "finalizers": ["op0.example.com/cleanup"]},
                "spec": {"size": j}}
-        state.upsert(project(raw, gr))
+        state.upsert(project(raw, gr, conditions))
         del raw
     gc.collect()
     current, peak = tracemalloc.get_traced_memory()
@@ -226,7 +248,8 @@ def memory_per_object(count: int) -> dict[str, Any]:
     per = (current - base) / count
     return {"objects": count, "bytesPerObject": round(per), "goalBytes": 500, "met": per <= 500,
             "tracedMiB": round((current - base) / 2**20, 1), "peakMiB": round((peak - base) / 2**20, 1),
-            "objectShape": "name, namespace, uid, 2 labels, 1 finalizer"}
+            "objectShape": "name, namespace, uid, 2 labels, 1 finalizer" + (f", condition {condition}" if condition
+                                                                               else "")}
 
 
 def _ints(text: str) -> list[int]:
@@ -253,6 +276,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--matching", type=_ints, default=[10, 100, 1000, 10_000],
                    help="CRs one Finalizer criterion matches, in the matching sweep (1 CriticalService)")
     p.add_argument("--memory-objects", type=int, default=200_000)
+    p.add_argument("--conditions-matching", type=_ints, default=[10, 1000, 10_000],
+                   help="CRs of the conditions sweep's points (each timed without and with --condition)")
+    p.add_argument("--condition", default=DEFAULT_CONDITION, help="the CEL condition of the conditions sweep")
     p.add_argument("--rounds", type=int, default=20, help="interleaved blocks each point's decisions are split into")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
@@ -263,6 +289,11 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     memory = memory_per_object(args.memory_objects)
     print(f"   scale: {memory['bytesPerObject']} bytes per cached object", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    memory_conditioned = memory_per_object(args.memory_objects, args.condition)
+    memory_conditioned["evaluateUsPerObject"] = round((time.perf_counter() - t0) / args.memory_objects * 1e6, 1)
+    print(f"   scale: {memory_conditioned['bytesPerObject']} bytes per cached object with a condition",
+          file=sys.stderr, flush=True)
     per = args.crs_per_service
     opts = {"decisions": args.decisions, "rounds": args.rounds, "seed": args.seed}
     by_services = sweep([(n, n * per, 0) for n in args.services], **opts)
@@ -270,10 +301,11 @@ def main(argv: list[str]) -> int:
     base = len(cluster(n, n * per))
     by_objects = sweep([(n, n * per, max(0, total - base)) for total in args.objects], **opts)
     by_matching = sweep([(1, m, 0) for m in args.matching], **opts)
+    by_condition = sweep([(1, m, 0, c) for m in args.conditions_matching for c in (None, args.condition)], **opts)
     cols = ["services", "matchingPerService", "objects", "p50us", "p99us", "maxus", "buildSeconds"]
 
-    def table(title: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"title": title, "columns": cols, "rows": [[r[c] for c in cols] for r in rows]}
+    def table(title: str, rows: list[dict[str, Any]], columns: list[str] = cols) -> dict[str, Any]:
+        return {"title": title, "columns": columns, "rows": [[r[c] for c in columns] for r in rows]}
 
     section = {
         "decisionsPerPoint": args.decisions,
@@ -288,6 +320,9 @@ def main(argv: list[str]) -> int:
         "bytesPerCachedObject": memory["bytesPerObject"],
         "bytesPerCachedObjectGoal": 500,
         "memory": memory,
+        "bytesPerCachedObjectWithCondition": memory_conditioned["bytesPerObject"],
+        "memoryWithCondition": memory_conditioned,
+        "conditionsSweep": by_condition,
         "servicesSweep": by_services,
         "objectsSweep": by_objects,
         "matchingSweep": by_matching,
@@ -296,6 +331,8 @@ def main(argv: list[str]) -> int:
             table(f"services sweep ({per} CRs per CriticalService)", by_services),
             table(f"objects sweep ({n} CriticalServices x {per} CRs, the rest ConfigMaps)", by_objects),
             table("matching sweep (1 CriticalService, N CRs with its finalizer)", by_matching),
+            table(f"conditions sweep (1 CriticalService, N CRs; without and with {args.condition})", by_condition,
+                  ["condition", "matchingPerService", "objects", "p50us", "p99us", "maxus", "buildSeconds"]),
         ],
     }
     emit("scale", section, as_json=args.json)

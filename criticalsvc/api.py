@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from .condition import Condition, compile_condition
 from .errors import InvalidSpec
 from .labels import LabelSelector, parse_label_selector
 
@@ -120,9 +121,10 @@ class FinalizerCriterion:
 
     group_resource: GroupResource
     finalizer_name: str
+    condition: Condition | None = None
 
     def __str__(self) -> str:
-        return f"no {self.group_resource} carries finalizer {self.finalizer_name}"
+        return f"no {self.group_resource} carries finalizer {self.finalizer_name}{_where(self.condition)}"
 
 
 @attrs.frozen
@@ -130,9 +132,10 @@ class SpecificResourceCriterion:
     """Met when the object `target` no longer exists (a terminating object still exists)."""
 
     target: ObjectRef
+    condition: Condition | None = None
 
     def __str__(self) -> str:
-        return f"{self.target} is gone"
+        return f"{self.target} is gone{_where(self.condition)}"
 
 
 @attrs.frozen
@@ -142,14 +145,20 @@ class ResourcesCriterion:
     group_resource: GroupResource
     namespace: str | None
     selector: LabelSelector
+    condition: Condition | None = None
 
     def __str__(self) -> str:
         where = f" in namespace {self.namespace}" if self.namespace else ""
         sel = f" matching {self.selector}" if not self.selector.is_empty else ""
-        return f"no {self.group_resource}{where}{sel} exists"
+        return f"no {self.group_resource}{where}{sel} exists{_where(self.condition)}"
 
 
 Criterion = FinalizerCriterion | SpecificResourceCriterion | ResourcesCriterion
+
+
+def _where(condition: Condition | None) -> str:
+    # Every criterion type may carry one (criticalsvc/condition.py): only objects it is true for count.
+    return f" (counting only objects where {condition})" if condition is not None else ""
 
 _CRITERION_MEMBERS = {"Finalizer": "finalizer", "SpecificResource": "specificResource", "Resources": "resources"}
 
@@ -173,8 +182,13 @@ class CriticalService:
         return ObjectRef(CRITICAL_SERVICES, "", self.name)
 
 
-def parse_critical_service(obj: Any) -> CriticalService:
-    """A CriticalService object (the whole CR as JSON) -> CriticalService; raises InvalidSpec."""
+def parse_critical_service(obj: Any, *, lenient_conditions: bool = False) -> CriticalService:
+    """A CriticalService object (the whole CR as JSON) -> CriticalService; raises InvalidSpec.
+
+    `lenient_conditions`: a condition that does not compile is kept as one that errors on every
+    object (so each counts) instead of refusing the whole spec; for states, which must not drop a
+    stored CriticalService's protection (criticalsvc/condition.py, `compile_condition`).
+    """
     if not isinstance(obj, Mapping):
         raise InvalidSpec("", "a CriticalService must be a JSON object")
     metadata = obj.get("metadata")
@@ -185,7 +199,7 @@ def parse_critical_service(obj: Any) -> CriticalService:
         raise InvalidSpec("metadata.name", "required")
     if metadata.get("namespace"):
         raise InvalidSpec("metadata.namespace", "CriticalService is cluster-scoped; remove the namespace")
-    spec = parse_spec(obj.get("spec"))
+    spec = parse_spec(obj.get("spec"), lenient_conditions=lenient_conditions)
     status: Mapping[str, Any] = obj["status"] if isinstance(obj.get("status"), Mapping) else {}
     labels: Mapping[str, str] = metadata["labels"] if isinstance(metadata.get("labels"), Mapping) else {}
     provider_uid = status.get("providerUID")
@@ -199,7 +213,7 @@ def parse_critical_service(obj: Any) -> CriticalService:
     )
 
 
-def parse_spec(spec: Any) -> CriticalService:
+def parse_spec(spec: Any, *, lenient_conditions: bool = False) -> CriticalService:
     """Parse `.spec`; the result has an empty name (the caller fills in metadata)."""
     if not isinstance(spec, Mapping):
         raise InvalidSpec("spec", "required")
@@ -220,7 +234,8 @@ def parse_spec(spec: Any) -> CriticalService:
         raise InvalidSpec("spec.criteria", "required: a non-empty list")
     if len(raw_criteria) > MAX_CRITERIA:
         raise InvalidSpec("spec.criteria", too_many(len(raw_criteria), MAX_CRITERIA))
-    criteria = tuple(_parse_criterion(c, f"spec.criteria[{i}]") for i, c in enumerate(raw_criteria))
+    criteria = tuple(_parse_criterion(c, f"spec.criteria[{i}]", lenient_conditions)
+                     for i, c in enumerate(raw_criteria))
     return CriticalService(name="", provider=provider, criteria=criteria, enforcement=enforcement,
                            replay_deletion=replay_deletion)
 
@@ -230,14 +245,14 @@ def too_many(count: int, limit: int) -> str:
     return f"Too many: {count}: must have at most {limit} items"
 
 
-def _parse_criterion(raw: Any, path: str) -> Criterion:
+def _parse_criterion(raw: Any, path: str, lenient_conditions: bool = False) -> Criterion:
     if not isinstance(raw, Mapping):
         raise InvalidSpec(path, "must be an object")
     kind = raw.get("type")
     if not isinstance(kind, str) or kind not in _CRITERION_MEMBERS:  # a list or object is unhashable
         raise InvalidSpec(f"{path}.type", "must be one of Finalizer, SpecificResource, Resources")
     member = _CRITERION_MEMBERS[kind]
-    _no_unknown(raw, {"type", *_CRITERION_MEMBERS.values()}, path)
+    _no_unknown(raw, {"type", "condition", *_CRITERION_MEMBERS.values()}, path)
     # Exactly the member named by `type` is set: a discriminated union, as in Kubernetes APIs.
     for other in _CRITERION_MEMBERS.values():
         if other != member and raw.get(other) is not None:
@@ -246,18 +261,20 @@ def _parse_criterion(raw: Any, path: str) -> Criterion:
     here = f"{path}.{member}"
     if not isinstance(body, Mapping):
         raise InvalidSpec(here, f"required when type is {kind}")
+    condition = compile_condition(raw["condition"], f"{path}.condition", lenient=lenient_conditions) \
+        if raw.get("condition") is not None else None
     if kind == "Finalizer":
         _no_unknown(body, {"group", "resource", "finalizerName"}, here)
         finalizer = _required_str(body, "finalizerName", here)
         if not _FINALIZER.fullmatch(finalizer) or len(finalizer) > 316:
             raise InvalidSpec(f"{here}.finalizerName", f"{finalizer!r} is not a valid finalizer name")
-        return FinalizerCriterion(_parse_group_resource(body, here), finalizer)
+        return FinalizerCriterion(_parse_group_resource(body, here), finalizer, condition)
     if kind == "SpecificResource":
-        return SpecificResourceCriterion(_parse_object_ref(body, here, name_required=True))
+        return SpecificResourceCriterion(_parse_object_ref(body, here, name_required=True), condition)
     _no_unknown(body, {"group", "resource", "namespace", "selector"}, here)
     namespace = _optional_namespace(body, here)
     selector = parse_label_selector(body.get("selector"), f"{here}.selector")
-    return ResourcesCriterion(_parse_group_resource(body, here), namespace, selector)
+    return ResourcesCriterion(_parse_group_resource(body, here), namespace, selector, condition)
 
 
 def _parse_object_ref(raw: Any, path: str, *, name_required: bool) -> ObjectRef:

@@ -3,6 +3,8 @@
 It builds the DELETE admission request the API server would send for the object and runs the same
 `decide` the webhook runs, then lays out every CriticalService that has a say and each of its
 criteria with the objects that block it — so the answer is the gate's, not a re-implementation.
+A criterion with a condition also lists the objects its condition left out (false for them) and those
+it could not be evaluated on (they block: the gate fails closed).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class ServiceReport:
     service: CriticalService
     role: str  # how the CriticalService relates to the target
     verdicts: tuple[Verdict, ...]
+    # Per criterion, the first objects its condition left out (empty without a condition).
+    excluded: tuple[tuple[ObjectRef, ...], ...] = ()
 
 
 @attrs.frozen
@@ -49,7 +53,8 @@ class Explanation:
             "criticalServices": [
                 {"name": r.service.name, "role": r.role, "enforcement": r.service.enforcement.value,
                  "criteria": [{"index": i, "satisfied": v.satisfied, "description": str(v.criterion),
-                               "count": v.count, "examples": [e.key for e in v.examples]}
+                               "count": v.count, "examples": [e.key for e in v.examples],
+                               **_condition_dict(v, r.excluded[i] if r.excluded else ())}
                               for i, v in enumerate(r.verdicts)]}
                 for r in self.services
             ],
@@ -57,6 +62,24 @@ class Explanation:
                                  "propagationPolicy": i.propagation_policy, "phase": i.phase.value}
                                 for i in self.intents],
         }
+
+
+def _condition_dict(v: Verdict, excluded: tuple[ObjectRef, ...]) -> dict[str, Any]:
+    if v.criterion.condition is None:
+        return {}
+    return {"condition": v.criterion.condition.expression, "excluded": v.excluded,
+            "excludedExamples": [e.key for e in excluded],
+            "conditionErrors": [{"object": ref.key, "error": error} for ref, error in v.errors]}
+
+
+def describe_excluded(v: Verdict, excluded: tuple[ObjectRef, ...]) -> str:
+    """Which objects the condition left out, and why; "" when it left out none."""
+    first = ", ".join(e.key for e in excluded)
+    if not v.excluded:
+        return ""
+    if v.excluded == 1:
+        return f"the condition is false for {first}, so it does not count"
+    return f"the condition is false for {v.excluded} objects (first: {first}), so they do not count"
 
 
 def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | None = None,
@@ -82,7 +105,8 @@ def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | 
     reports: list[ServiceReport] = []
 
     def add(cs: CriticalService, role: str) -> None:
-        reports.append(ServiceReport(cs, role, tuple(criteria.evaluate(c, state) for c in cs.criteria)))
+        reports.append(ServiceReport(cs, role, tuple(criteria.evaluate(c, state) for c in cs.criteria),
+                                     tuple(criteria.excluded_objects(c, state) for c in cs.criteria)))
 
     for cs in sorted(state.protecting(target), key=lambda c: c.name):
         add(cs, "protects it (it is the provider)")
@@ -113,15 +137,16 @@ def render_text(e: Explanation) -> str:
             mark = "met  " if v.satisfied else "UNMET"
             detail = "" if v.satisfied else f" - {v.describe()}"
             lines.append(f"    [{mark}] criteria[{i}] {v.criterion}{detail}")
+            if v.excluded and r.excluded:
+                lines.append(f"            excluded: {describe_excluded(v, r.excluded[i])}")
         if r.service.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN:
             lines.append("    replayDeletion: WhenTearingDown - a refused DELETE is replayed by the gate once these "
                          "criteria hold, if everything blocking it is being deleted")
-    for i in e.intents:
-        lines.append(f"  Deletion intent ({i.phase.value}): {i.user or 'someone'} asked at "
-                     f"{format_rfc3339(i.requested_at)}"
-                     f"{' (propagationPolicy ' + i.propagation_policy + ')' if i.propagation_policy else ''}; "
-                     "the gate deletes it when the criteria hold"
-                     f"{'' if i.armed_at is not None else ', if what blocks it is deleted soon'}")
+    for intent in e.intents:
+        policy = f" (propagationPolicy {intent.propagation_policy})" if intent.propagation_policy else ""
+        lines.append(f"  Deletion intent ({intent.phase.value}): {intent.user or 'someone'} asked at "
+                     f"{format_rfc3339(intent.requested_at)}{policy}; the gate deletes it when the criteria hold"
+                     f"{'' if intent.armed_at is not None else ', if what blocks it is deleted soon'}")
     if not e.decision.allowed:
         lines.append(f"  Message: {e.decision.message}")
     for w in e.decision.warnings:

@@ -42,7 +42,8 @@ from typing import Any, Literal
 
 import attrs
 
-from .api import CRITICAL_SERVICES, NAMESPACES, VERSION, CriticalService, GroupResource, ObjectRef
+from . import criteria
+from .api import CRITICAL_SERVICES, NAMESPACES, VERSION, Criterion, CriticalService, GroupResource, ObjectRef
 from .cache.discovery import discover_group
 from .cache.transport import (
     ACCEPT_METADATA,
@@ -53,10 +54,11 @@ from .cache.transport import (
     TransportError,
     list_items,
 )
+from .condition import Condition
 from .decision import AdmissionRequest, Decision, Rule, decide, deny
 from .errors import InvalidInput, StateUnavailable
 from .labels import LabelSelector
-from .objects import KubeObject, project
+from .objects import KubeObject
 from .restmapper import ResourceType, RESTMapper
 
 # The whole confirmation's budget; see the module docstring for the arithmetic.
@@ -91,9 +93,9 @@ def _describe(q: Question) -> str:
             return "the CriticalServices"
         case ("group", group):
             return f"the discovery of API group {group or 'core'}"
-        case ("get", gr, namespace, name):
+        case ("get", gr, namespace, name, _):
             return f"{gr} {namespace}/{name}" if namespace else f"{gr} {name}"
-        case ("list", gr, namespace, selector):
+        case ("list", gr, namespace, selector, _):
             where = f" in namespace {namespace}" if namespace else ""
             return f"{gr}{where}" + (f" matching {selector}" if selector else "")
     return str(q)
@@ -141,20 +143,27 @@ class LiveState:
         gr = self.resolve(ref.group_resource)
         if gr is None:
             return None  # not served: no such object can exist
-        found: KubeObject | None = self._answer(("get", gr, ref.namespace, ref.name), None)
+        found: KubeObject | None = self._answer(("get", gr, ref.namespace, ref.name, self._conditions_on(gr)), None)
         return found
 
-    def with_finalizer(self, gr: GroupResource, finalizer: str) -> Collection[KubeObject]:
-        objects: list[KubeObject] = self._answer(("list", gr, None, ""), [])
-        return _in_order([o for o in objects if finalizer in o.finalizers])
+    def _conditions_on(self, gr: GroupResource) -> frozenset[Criterion]:
+        """The criteria with conditions on gr: part of the question, so a read evaluates them."""
+        if gr == CRITICAL_SERVICES:
+            return frozenset()  # no criterion is about CriticalServices' fields; spares a read
+        return criteria.conditioned_criteria(self.critical_services(), self).get(gr, frozenset())
 
-    def select(self, gr: GroupResource, *, namespace: str | None,
-               selector: LabelSelector | None) -> Collection[KubeObject]:
+    def with_finalizer(self, gr: GroupResource, finalizer: str, *,
+                       condition: Condition | None = None) -> Collection[KubeObject]:
+        objects: list[KubeObject] = self._answer(("list", gr, None, "", self._conditions_on(gr)), [])
+        return _in_order([o for o in objects if finalizer in o.finalizers and _counts(o, condition)])
+
+    def select(self, gr: GroupResource, *, namespace: str | None, selector: LabelSelector | None,
+               condition: Condition | None = None) -> Collection[KubeObject]:
         text = str(selector) if selector is not None else ""
-        objects: list[KubeObject] = self._answer(("list", gr, namespace, text), [])
+        objects: list[KubeObject] = self._answer(("list", gr, namespace, text, self._conditions_on(gr)), [])
         # Filtered here too: the answer must not depend on the server honouring labelSelector.
         return _in_order([o for o in objects if (namespace is None or o.namespace == namespace)
-                          and (selector is None or selector.matches(o.labels))])
+                          and (selector is None or selector.matches(o.labels)) and _counts(o, condition)])
 
     def critical_services(self) -> Collection[CriticalService]:
         services: list[CriticalService] = self._answer(("services",), [])
@@ -169,6 +178,10 @@ class LiveState:
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
         return [cs for cs in self.critical_services() if cs.provider.namespace == namespace]
+
+
+def _counts(obj: KubeObject, condition: Condition | None) -> bool:
+    return condition is None or obj.outcome(condition) is not False
 
 
 def _in_order(objects: list[KubeObject]) -> list[KubeObject]:
@@ -287,11 +300,11 @@ class LiveReader:
                 return RESTMapper(types) if types is not None else None
             case ("services",):
                 return await self._services(memo, deadline)
-            case ("get", GroupResource() as gr, str(namespace), str(name)):
-                return await self._get(gr, namespace, name, memo, deadline)
-            case ("list", GroupResource() as gr, namespace, str(selector)):
-                return await self._list(gr, namespace if isinstance(namespace, str) else None, selector, memo,
-                                        deadline)
+            case ("get", GroupResource() as gr, str(namespace), str(name), frozenset() as conditioned):
+                return await self._get(gr, namespace, name, conditioned, memo, deadline)
+            case ("list", GroupResource() as gr, namespace, str(selector), frozenset() as conditioned):
+                return await self._list(gr, namespace if isinstance(namespace, str) else None, selector, conditioned,
+                                        memo, deadline)
         raise TypeError(f"unknown question {q!r}")
 
     def _left(self, deadline: float) -> float:
@@ -335,24 +348,25 @@ class LiveReader:
                 return empty
             raise
 
-    async def _get(self, gr: GroupResource, namespace: str, name: str, memo: Mapping[Question, Any],
-                   deadline: float) -> KubeObject | None:
+    async def _get(self, gr: GroupResource, namespace: str, name: str, conditioned: frozenset[Criterion],
+                   memo: Mapping[Question, Any], deadline: float) -> KubeObject | None:
         async def read(t: ResourceType) -> KubeObject | None:
             if t.namespaced != bool(namespace):
                 return None  # a namespaced object named without namespace (or the reverse) cannot exist
+            # A condition reads spec and status: only then is the whole object worth its bytes.
             obj = await self.transport.get(t.path(namespace=namespace, name=name), timeout=self._left(deadline),
-                                           accept=ACCEPT_METADATA)
-            return project(obj, t.group_resource)
+                                           accept="application/json" if conditioned else ACCEPT_METADATA)
+            return criteria.project_for(obj, t.group_resource, conditioned)
 
         result: KubeObject | None = await self._with_type(gr, memo, deadline, read, None)
         return result
 
-    async def _list(self, gr: GroupResource, namespace: str | None, selector: str, memo: Mapping[Question, Any],
-                    deadline: float) -> list[KubeObject]:
+    async def _list(self, gr: GroupResource, namespace: str | None, selector: str, conditioned: frozenset[Criterion],
+                    memo: Mapping[Question, Any], deadline: float) -> list[KubeObject]:
         async def read(t: ResourceType) -> list[KubeObject]:
             items = await self._list_items(t.path(namespace=namespace), selector, deadline,
-                                           accept=ACCEPT_METADATA_LIST)
-            return [project(i, t.group_resource) for i in items]
+                                           accept="application/json" if conditioned else ACCEPT_METADATA_LIST)
+            return [criteria.project_for(i, t.group_resource, conditioned) for i in items]
 
         result: list[KubeObject] = await self._with_type(gr, memo, deadline, read, [])
         return result
@@ -365,7 +379,7 @@ class LiveReader:
             out: list[CriticalService] = []
             for item in items:
                 try:
-                    out.append(parse_critical_service(item))
+                    out.append(parse_critical_service(item, lenient_conditions=True))
                 except InvalidInput:
                     continue  # as in the cache: an invalid spec protects nothing
             return out

@@ -11,6 +11,10 @@ cluster), so the projection is built for size (issue 6's goal: <= 500 bytes per 
 - namespaces, finalizer names and label keys are interned, and equal finalizer lists share one
   tuple: thousands of objects share a handful of each, and a JSON decoder hands every object fresh
   copies;
+- the outcomes of the conditions that criteria put on the object's type (criticalsvc/condition.py) are
+  evaluated once, when the object is projected, and kept as one flat tuple (expression, outcome, ...)
+  shared by every object with the same outcomes: a pointer per object, where keeping the `status`
+  a condition reads would cost kilobytes;
 - a uid in the canonical UUID form the API server generates is held as a 128-bit int (44 bytes, not
   85 for the 36-character string) and rendered back on read; any other uid is kept as given.
 """
@@ -19,12 +23,13 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
 from .api import GroupResource, ObjectRef
+from .condition import Condition, Outcome, evaluate_condition
 from .errors import MalformedManifest
 
 _intern = sys.intern
@@ -131,6 +136,24 @@ def _finalizers(value: Any) -> tuple[str, ...]:
     return shared
 
 
+# Distinct outcome tuples are few (one per combination of outcomes and error texts); past this many
+# they stop being shared, as finalizer lists do.
+_SHARED_OUTCOMES = 4096
+_outcome_tuples: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+
+def _outcomes(value: Any) -> tuple[Any, ...]:
+    if not value:
+        return ()
+    key = tuple(value)
+    shared = _outcome_tuples.get(key)
+    if shared is None:
+        shared = key
+        if len(_outcome_tuples) < _SHARED_OUTCOMES:
+            _outcome_tuples[shared] = shared
+    return shared
+
+
 def _compact_uid(value: str | int) -> str | int:
     if isinstance(value, int) or len(value) != 36:
         return value
@@ -160,6 +183,17 @@ class KubeObject:
     labels: Labels = attrs.field(default=NO_LABELS, converter=_labels)
     finalizers: tuple[str, ...] = attrs.field(default=(), converter=_finalizers)
     deletion_timestamp: str | None = None
+    # (expression, Outcome, expression, Outcome, ...), sorted by expression; read `outcome()`.
+    outcomes: tuple[Any, ...] = attrs.field(default=(), converter=_outcomes)
+
+    def outcome(self, condition: Condition) -> Outcome | None:
+        """The condition's outcome on this object, or None when it was not evaluated (its CriticalService
+        arrived after the object, and the state has not re-read the object since)."""
+        outcomes = self.outcomes
+        for i in range(0, len(outcomes), 2):
+            if outcomes[i] == condition.expression:
+                return outcomes[i + 1]  # type: ignore[no-any-return]
+        return None
 
     @property
     def uid(self) -> str:
@@ -179,8 +213,11 @@ class KubeObject:
         return self.deletion_timestamp is not None
 
 
-def project(obj: Mapping[str, Any], group_resource: GroupResource) -> KubeObject:
-    """A full object (JSON) -> its slim projection; raises MalformedManifest on a bad metadata block."""
+def project(obj: Mapping[str, Any], group_resource: GroupResource,
+            conditions: Iterable[Condition] = ()) -> KubeObject:
+    """A full object (JSON) -> its slim projection, with the outcome of each of `conditions` on it;
+    raises MalformedManifest on a bad metadata block. Conditions need the whole object: a
+    metadata-only one (PartialObjectMetadata) has no spec or status to read, so they error on it."""
     metadata = obj.get("metadata")
     if not isinstance(metadata, Mapping):
         raise MalformedManifest("metadata", "required")
@@ -207,4 +244,13 @@ def project(obj: Mapping[str, Any], group_resource: GroupResource) -> KubeObject
         labels=labels,
         finalizers=tuple(finalizers),
         deletion_timestamp=str(deletion) if deletion else None,
+        outcomes=evaluate_all(conditions, obj),
     )
+
+
+def evaluate_all(conditions: Iterable[Condition], obj: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The flat (expression, outcome, ...) tuple of `conditions` on `obj`, sorted by expression."""
+    flat: list[Any] = []
+    for condition in sorted(set(conditions), key=lambda c: c.expression):
+        flat += (_intern(condition.expression), evaluate_condition(condition, obj))
+    return tuple(flat)

@@ -3,7 +3,8 @@
 CRDs are read first so that the objects they serve map to the right resource (and so a criterion
 naming a Kind resolves); CriticalServices are parsed and indexed, and a broken one is an error that
 names its file and document, because an offline answer built on a silently skipped CriticalService
-would be wrong.
+would be wrong. CriticalServices are read before the other objects too, so that every object is
+projected with the outcomes of the conditions of the criteria it is a candidate of (criticalsvc/condition.py).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .api import API_VERSION, CRDS, KIND, parse_critical_service
+from . import criteria
+from .api import API_VERSION, CRDS, KIND, Criterion, CriticalService, GroupResource, parse_critical_service
 from .errors import InvalidInput, MalformedManifest
 from .manifests import Manifest
-from .objects import KubeObject, project
+from .objects import KubeObject
 from .restmapper import ResourceType, RESTMapper, guess_resource
 from .state import MemoryState
 
@@ -45,9 +47,17 @@ def build_state(manifests: Iterable[Manifest], *, mapper: RESTMapper | None = No
             metadata = m.obj.get("metadata")
             namespaced = isinstance(metadata, Mapping) and bool(metadata.get("namespace"))
             state.mapper.add(ResourceType(group, version, m.kind, guess_resource(m.kind), m.kind.lower(), namespaced))
+    services: list[CriticalService] = []
+    for m in manifests:
+        if is_critical_service(m.obj):
+            try:
+                services.append(parse_critical_service(m.obj))
+            except InvalidInput:
+                continue  # reported with its file and document below
+    conditioned = criteria.conditioned_criteria(services, state)
     for m in manifests:
         try:
-            add_manifest(state, m)
+            add_manifest(state, m, conditioned=conditioned)
         except InvalidInput as exc:
             if on_invalid is None:
                 raise
@@ -55,10 +65,11 @@ def build_state(manifests: Iterable[Manifest], *, mapper: RESTMapper | None = No
     return state
 
 
-def add_manifest(state: MemoryState, m: Manifest) -> KubeObject:
+def add_manifest(state: MemoryState, m: Manifest, *,
+                 conditioned: Mapping[GroupResource, frozenset[Criterion]] | None = None) -> KubeObject:
     gr = state.mapper.resource_for_kind(m.api_version, m.kind)
     try:
-        obj = project(m.obj, gr)
+        obj = criteria.project_for(m.obj, gr, (conditioned or {}).get(gr, frozenset()))
         if is_critical_service(m.obj):
             state.upsert_critical_service(parse_critical_service(m.obj))
     except InvalidInput as exc:

@@ -288,3 +288,49 @@ def service_creates(draw: st.DrawFn) -> tuple[World, dict[str, Any]]:
         awaited = everyone[draw(st.integers(0, len(everyone) - 1))]
         waiter["spec"]["criteria"].append(draw(aimed_criteria(awaited)))
     return attrs.evolve(world, services=tuple(services)), candidate
+
+
+# --- conditions (criticalsvc/condition.py) ----------------------------------------------------------------
+# Pods of one namespace with every shape a condition meets: a phase or no status at all, replicas as a
+# number, as a string (a wrong type) or missing. The conditions are of two restricted forms a test can
+# evaluate in plain Python: `object.status.phase in [...]` and `object.spec.replicas > N`.
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+@attrs.frozen
+class RestrictedCondition:
+    """A condition of a form plain Python can evaluate: its CEL text and its fields."""
+
+    form: str  # "phase-in" | "replicas-gt"
+    phases: tuple[str, ...] = ()
+    bound: int = 0
+
+    @property
+    def expression(self) -> str:
+        if self.form == "phase-in":
+            return "object.status.phase in [" + ", ".join(f"'{p}'" for p in self.phases) + "]"
+        return f"object.spec.replicas > {self.bound}"
+
+
+restricted_conditions = st.one_of(
+    st.builds(RestrictedCondition, form=st.just("phase-in"),
+              phases=st.lists(st.sampled_from(PHASES), max_size=3, unique=True).map(tuple)),
+    st.builds(RestrictedCondition, form=st.just("replicas-gt"), bound=st.integers(-2, 3)),
+)
+
+
+@st.composite
+def condition_pods(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Up to six pods in namespace ns-a, each with or without a phase and a replicas field of any type."""
+    pods = []
+    for i in range(draw(st.integers(0, 6))):
+        pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pod-{i}", "namespace": "ns-a"},
+                               "spec": {}}
+        phase = draw(st.none() | st.sampled_from(PHASES))
+        if phase is not None:
+            pod["status"] = {"phase": phase}
+        replicas = draw(st.none() | st.integers(-3, 4) | st.just("2"))
+        if replicas is not None:
+            pod["spec"]["replicas"] = replicas
+        pods.append(pod)
+    return pods

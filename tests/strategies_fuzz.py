@@ -63,8 +63,11 @@ CS_SPEC: dict[str, Any] = {
     "provider": {"group": "apps", "resource": "deployments", "namespace": "finalizer-namespace",
                  "name": "finalizer-deployment"},
     "criteria": [
+        # A condition true for every object (so the story's protection is unchanged), for the fuzzer to
+        # mutate: the webhook compiles it on every CREATE/UPDATE (criticalsvc/condition.py).
         {"type": "Finalizer", "finalizer": {"group": "my.crd.group", "resource": "coolresources",
-                                            "finalizerName": "my.crd.group/super-important"}},
+                                            "finalizerName": "my.crd.group/super-important"},
+         "condition": "has(object.metadata) && object.metadata.name.size() > 0"},
         {"type": "SpecificResource", "specificResource": {"group": "apiextensions.k8s.io",
                                                           "resource": "CustomResourceDefinition",
                                                           "name": "coolresources.my.crd.group"}},

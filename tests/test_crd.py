@@ -518,7 +518,9 @@ DEPLOYMENTS = GroupResource("apps", "deployments")
      ["shop/cart", "shop/invoicer"], ["storefront", "nightly-report"]),
     ("warn-enforcement.yaml", _delete(DEPLOYMENTS, "cert-system", "cert-controller"), True,
      ["(enforcement: Warn)", "shop/storefront-tls"], []),
-], ids=["webhook-deployment", "webhook-service", "webhook-namespace", "selector", "warn"])
+    ("conditions.yaml", _delete(DEPLOYMENTS, "broker", "job-broker"), False,
+     ["batch/report-2", "batch/ingest"], ["report-1", "archiver"]),
+], ids=["webhook-deployment", "webhook-service", "webhook-namespace", "selector", "warn", "conditions"])
 def test_examples_behave_as_their_headers_say(example: str, request_: AdmissionRequest, allowed: bool,
                                                named: list[str], not_named: list[str]) -> None:
     """Deleting an example's provider gets the answer its header promises, naming the blocking objects."""
@@ -549,7 +551,6 @@ INVALID: list[tuple[str, str, Any, str]] = [
     ("finalizerName without a name", "spec.criteria[0].finalizer.finalizerName", "my.crd.group/", "schema"),
     ("finalizerName too long", "spec.criteria[0].finalizer.finalizerName", "f" * 317, "schema"),
     ("no member", "spec.criteria[0].finalizer", DELETE, "schema"),
-    ("two members", "spec.criteria[0].resources", {"resource": "pods"}, "schema"),
     ("unknown criterion type", "spec.criteria[0].type", "Label", "schema"),
     ("type missing", "spec.criteria[0].type", DELETE, "schema"),
     ("bad enforcement", "spec.enforcement", "Audit", "schema"),
@@ -574,7 +575,9 @@ INVALID: list[tuple[str, str, Any, str]] = [
     ("unknown selector field", "spec.criteria[2].resources.selector.matchFields", {}, "schema"),
     ("operator unknown", f"{_EXPR}.operator", "Equals", "schema"),
     ("expression key empty", f"{_EXPR}.key", "", "schema"),
-    # Well-formed for the schema alone; only the CEL rules can tell these apart.
+    # Well-formed for the schema alone; only the CEL rules can tell these apart. (Two members make three
+    # properties, which maxProperties allows since a criterion may also carry a condition.)
+    ("two members", "spec.criteria[0].resources", {"resource": "pods"}, "cel"),
     ("member of another type", "spec.criteria[0].type", "SpecificResource", "cel"),
     ("Resources naming a SpecificResource member", "spec.criteria[1].type", "Resources", "cel"),
     ("In without values", f"{_EXPR}.values", DELETE, "cel"),
@@ -619,6 +622,8 @@ VALID: list[tuple[str, str, Any]] = [
     ("RBAC-style name", "spec.provider.name", "system:controller"),
     ("longest name", "spec.provider.name", "n" * 253),
     ("most criteria", "spec.criteria", [base()["spec"]["criteria"][0]] * 64),
+    ("a condition", "spec.criteria[2].condition", "object.status.phase in ['Pending', 'Running']"),
+    ("a condition on a Finalizer criterion", "spec.criteria[0].condition", "object.spec.replicas > 0"),
 ]
 
 

@@ -193,3 +193,15 @@ def test_a_criterion_type_of_the_wrong_type_is_an_invalid_spec(checker: Checker)
     response = orjson.loads(raw)["response"]
     assert status == 200 and response["allowed"] is False and response["status"]["code"] == 422
     assert "spec.criteria[0].type" in response["status"]["message"]
+
+
+def test_a_condition_nested_past_the_recursion_limit_is_an_invalid_spec(checker: Checker) -> None:
+    """A condition 300 parentheses deep is a 422 naming the field, not a RecursionError (a 500)."""
+    create = next(r for r in base_reviews() if r["request"]["operation"] == "CREATE")
+    create["request"]["object"]["spec"]["criteria"][0]["condition"] = "(" * 300 + "true" + ")" * 300
+    checker.check(Body(orjson.dumps(create), create))
+    status, raw = checker.loop.run_until_complete(_post(checker.app, orjson.dumps(create), 65536))
+    response = orjson.loads(raw)["response"]
+    assert status == 200 and response["allowed"] is False and response["status"]["code"] == 422
+    assert "spec.criteria[0].condition: syntax error: expression recursion limit exceeded" in \
+        response["status"]["message"]

@@ -137,8 +137,8 @@ def test_required_type_length_and_list_bounds() -> None:
     assert errors(doc) == ["spec.criteria: Too many: 65: must have at most 64 items", NOT_CHECKED]
 
     criterion = {"type": "Finalizer", "finalizer": {"resource": "r", "finalizerName": "f"},
-                 "resources": {"resource": "pods"}}
-    assert errors(service(criterion)) == ["spec.criteria[0]: Too many: 3: must have at most 2 items", NOT_CHECKED]
+                 "resources": {"resource": "pods"}, "condition": "true"}
+    assert errors(service(criterion)) == ["spec.criteria[0]: Too many: 4: must have at most 3 items", NOT_CHECKED]
 
 
 def test_pruned_fields_and_nulls_are_not_errors() -> None:

@@ -8,6 +8,15 @@ naming it; the set is recomputed whenever a CriticalService or the mapper change
 the event handler, so a decision never sees a CriticalService whose resources are not at least
 registered as "needed".
 
+Conditions. A type that a criterion's condition (criticalsvc/condition.py) is about is watched with
+whole objects, not metadata only, because a condition reads spec and status; as an object enters the
+cache, the conditions of the criteria it is a candidate of are evaluated on it and only their outcomes
+are kept (criticalsvc/criteria.py `project_for`, criticalsvc/objects.py), so decisions evaluate no
+CEL. When the conditioned criteria on a type change (a CriticalService adds, edits or drops one, or
+moves one to another namespace), its reflector is replaced: the fresh LIST evaluates the
+new set on every object, and until it has synced the decisions that need the type are refused, as
+for any syncing type - never decided on objects whose outcome is unknown.
+
 What is served. The mapper starts empty and holds what discovery reports plus every established
 CRD in the CRD cache (the CRD watch learns a new type the moment it is established, before the next
 discovery read; a CRD change also triggers a discovery refresh). A name that does not resolve is a
@@ -54,8 +63,9 @@ import attrs
 import structlog
 
 from .. import criteria
-from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, GroupResource, ObjectRef
+from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, Criterion, CriticalService, GroupResource, ObjectRef
 from ..backoff import Backoff
+from ..condition import Condition
 from ..errors import InvalidInput, StateUnavailable
 from ..labels import LabelSelector
 from ..objects import KubeObject, project
@@ -143,6 +153,8 @@ class CacheState:
         self.rng = rng or random.Random()
         self.memory = MemoryState(RESTMapper(()))
         self._reflectors: dict[GroupResource, Reflector] = {}
+        # The criteria with conditions each reflector's objects are evaluated for (see "Conditions" above).
+        self._conditioned: dict[GroupResource, frozenset[Criterion]] = {}
         # Watched types no CriticalService names any more, since when (monotonic); dropped after unwatch_after.
         self._unneeded_since: dict[GroupResource, float] = {}
         # Set the first time every cache has synced; see `ready`.
@@ -321,9 +333,11 @@ class CacheState:
         if self._discovered is None or self._discovery_task is None:
             return
         needed = self._needed()
+        conditioned = criteria.conditioned_criteria(self.memory.critical_services(), self.memory)
         now = time.monotonic()
         for gr, reflector in list(self._reflectors.items()):
-            if gr in needed and _watch_key(needed[gr]) == _watch_key(reflector.resource):
+            same_conditions = self._conditioned.get(gr, frozenset()) == conditioned.get(gr, frozenset())
+            if gr in needed and _watch_key(needed[gr]) == _watch_key(reflector.resource) and same_conditions:
                 self._unneeded_since.pop(gr, None)
             elif gr in needed or self.mapper.lookup(gr) is None:
                 self._drop(gr)  # another version or scope is wanted, or the type is no longer served
@@ -333,23 +347,27 @@ class CacheState:
                 asyncio.get_running_loop().call_later(self.unwatch_after, self._reconcile)
         for gr, t in needed.items():
             if gr not in self._reflectors:
-                self._watch(t)
+                self._watch(t, conditioned.get(gr, frozenset()))
 
-    def _watch(self, t: ResourceType) -> None:
+    def _watch(self, t: ResourceType, conditioned: frozenset[Criterion]) -> None:
         gr = t.group_resource
         sink = _StoreSink(self)
+        self._conditioned[gr] = conditioned
         reflector = Reflector(transport=self.transport, resource=t, sink=sink,
-                              metadata_only=self.metadata_only and gr not in _FULL_OBJECTS, backoff=self.backoff,
+                              metadata_only=self.metadata_only and gr not in _FULL_OBJECTS and not conditioned,
+                              backoff=self.backoff,
                               watch_seconds=self.watch_seconds, on_restart=self._on_restart,
                               on_synced=lambda _gr: self._notify(), rng=random.Random(self.rng.random()))
         sink.reflector = reflector
         self._reflectors[gr] = reflector
-        log.info("watching", resource=str(gr), version=t.version)
+        log.info("watching", resource=str(gr), version=t.version,
+                 conditions=sorted({str(c.condition) for c in conditioned}) or None)
         reflector.start()
         self._notify()
 
     def _drop(self, gr: GroupResource) -> None:
         reflector = self._reflectors.pop(gr)
+        self._conditioned.pop(gr, None)
         self._unneeded_since.pop(gr, None)
         log.info("no longer watching", resource=str(gr))
         task = asyncio.get_running_loop().create_task(reflector.stop())
@@ -393,11 +411,14 @@ class CacheState:
         self._after_change(gr)
 
     def _upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> KubeObject | None:
+        conditioned = self._conditioned.get(gr, frozenset())
         try:
-            slim = project(obj, gr)
+            slim = criteria.project_for(obj, gr, conditioned) if conditioned else project(obj, gr)
         except InvalidInput as exc:
             log.warning("object ignored", resource=str(gr), error=str(exc))
             return None
+        if slim.outcomes:
+            self._log_condition_errors(slim)
         self.memory.upsert(slim)
         if gr == CRITICAL_SERVICES:
             self._upsert_service(obj, slim)
@@ -409,15 +430,32 @@ class CacheState:
                 self._crd_types.pop(slim.name, None)
         return slim
 
+    def _log_condition_errors(self, slim: KubeObject) -> None:
+        # Once per change of outcome, not per event: a pod's status changes every few seconds.
+        old = self.memory.get(slim.ref)
+        for condition, outcome in zip(slim.outcomes[::2], slim.outcomes[1::2], strict=True):
+            before = dict(zip(old.outcomes[::2], old.outcomes[1::2], strict=True)).get(condition) if old else None
+            if isinstance(outcome, str) and outcome != before:
+                log.warning("condition could not be evaluated; the object counts as blocking",
+                            resource=str(slim.group_resource), object=slim.key, condition=condition, error=outcome)
+
     def _upsert_service(self, obj: Mapping[str, Any], slim: KubeObject) -> None:
         from ..api import parse_critical_service
 
         try:
-            self.memory.upsert_critical_service(parse_critical_service(obj))
+            cs = parse_critical_service(obj, lenient_conditions=True)
         except InvalidInput as exc:
             # The CRD schema and the webhook reject such specs; one that slipped past protects nothing.
             log.warning("CriticalService ignored", critical_service=slim.name, error=str(exc))
             self.memory.remove_critical_service(slim.name)
+            return
+        for c in cs.criteria:
+            if c.condition is not None and c.condition.error is not None:
+                # Only the webhook can refuse such a spec (the CRD schema cannot compile CEL); one written
+                # while it was absent keeps protecting, every object of the criterion counting.
+                log.warning("condition does not compile; every object of its criterion counts as blocking",
+                            critical_service=cs.name, error=c.condition.error)
+        self.memory.upsert_critical_service(cs)
 
     def _delete(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         metadata: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
@@ -470,14 +508,15 @@ class CacheState:
         self._require(gr)
         return self.memory.get(attrs.evolve(ref, group_resource=gr))
 
-    def with_finalizer(self, gr: GroupResource, finalizer: str) -> Collection[KubeObject]:
+    def with_finalizer(self, gr: GroupResource, finalizer: str, *,
+                       condition: Condition | None = None) -> Collection[KubeObject]:
         self._require(gr)
-        return self.memory.with_finalizer(gr, finalizer)
+        return self.memory.with_finalizer(gr, finalizer, condition=condition)
 
-    def select(self, gr: GroupResource, *, namespace: str | None,
-               selector: LabelSelector | None) -> Collection[KubeObject]:
+    def select(self, gr: GroupResource, *, namespace: str | None, selector: LabelSelector | None,
+               condition: Condition | None = None) -> Collection[KubeObject]:
         self._require(gr)
-        return self.memory.select(gr, namespace=namespace, selector=selector)
+        return self.memory.select(gr, namespace=namespace, selector=selector, condition=condition)
 
     def critical_services(self) -> Collection[CriticalService]:
         self._require(CRITICAL_SERVICES)

@@ -216,7 +216,11 @@ class OwnerDelete(Client):
         return roots
 
     def start(self, delay: float = 0.0) -> None:
-        self.engine.schedule(delay, lambda: [self._delete(r, self.propagation) for r in self.roots()])
+        self.engine.schedule(delay, self._delete_roots)
+
+    def _delete_roots(self) -> None:
+        for ref in self.roots():
+            self._delete(ref, self.propagation)
 
     def describe(self) -> str:
         return (f"deletes the bundle's root owners ({self.propagation} propagation) and leaves the rest to the "
@@ -281,4 +285,5 @@ def make_client(kind: str, refs: Sequence[ObjectRef], *, store: Store, engine: E
     raise ValueError(f"unknown client {kind!r}; expected one of {', '.join(CLIENTS)}")
 
 
-__all__ = ["CLIENTS", "Client", "IdealDelete", "KubectlDelete", "OwnerDelete", "ManifestWorkAgent", "NamespaceDelete", "make_client"]
+__all__ = ["CLIENTS", "Client", "IdealDelete", "KubectlDelete", "ManifestWorkAgent", "NamespaceDelete", "OwnerDelete",
+           "make_client"]

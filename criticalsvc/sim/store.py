@@ -44,13 +44,14 @@ from ..api import (
     CRDS,
     CRITICAL_SERVICES,
     NAMESPACES,
+    Criterion,
     GroupResource,
     ObjectRef,
     parse_critical_service,
 )
+from ..criteria import conditioned_criteria, project_for
 from ..decision import AdmissionRequest, Decision, decide
 from ..errors import CriticalsvcError, InvalidInput
-from ..objects import project
 from ..restmapper import ResourceType, RESTMapper, guess_resource, resource_type_from_crd
 from ..state import MemoryState
 from ..timestamps import format_rfc3339
@@ -120,6 +121,10 @@ class Store:
         # Warnings of webhook replies, recorded even on denial [D1]; the HTTP face clears this before a
         # request and returns what it holds afterwards as `Warning` headers (kubectl prints them).
         self.admission_warnings: collections.deque[str] = collections.deque(maxlen=64)
+        # The criteria with conditions (criticalsvc/condition.py) on each type, evaluated as objects are
+        # stored; recomputed after a CriticalService or CRD changes (None: to be recomputed).
+        self._conditions: dict[GroupResource, frozenset[Criterion]] | None = None
+        self._conditioned: set[str] = set()  # CriticalServices with a condition, by name
 
     @property
     def mapper(self) -> RESTMapper:
@@ -185,20 +190,58 @@ class Store:
         self.resource_version = next(self._rv)
         obj["metadata"]["resourceVersion"] = str(self.resource_version)
 
+    def _conditions_on(self, gr: GroupResource) -> frozenset[Criterion]:
+        if self._conditions is None:
+            self._conditions = conditioned_criteria(self.state.critical_services(), self.state)
+        return self._conditions.get(gr, frozenset())
+
     def _index(self, gr: GroupResource, obj: dict[str, Any]) -> None:
-        self.state.upsert(project(obj, gr))
+        self.state.upsert(project_for(obj, gr, self._conditions_on(gr)))
         if gr == CRITICAL_SERVICES:
+            name = obj["metadata"]["name"]
             try:
-                self.state.upsert_critical_service(parse_critical_service(obj))
+                cs = parse_critical_service(obj, lenient_conditions=True)
             except InvalidInput:
-                self.state.remove_critical_service(obj["metadata"]["name"])
+                self.state.remove_critical_service(name)
+                conditioned = False
+            else:
+                self.state.upsert_critical_service(cs)
+                conditioned = any(c.condition is not None for c in cs.criteria)
+            # Status writes are most CriticalService writes: they re-evaluate nothing unless conditions
+            # are (or were) involved.
+            if conditioned or name in self._conditioned:
+                if conditioned:
+                    self._conditioned.add(name)
+                else:
+                    self._conditioned.discard(name)
+                self._reevaluate()
+        elif gr == CRDS:
+            self._conditions = None  # a criterion naming the CRD's Kind may resolve now
+
+    def _reevaluate(self) -> None:
+        """Project again the objects of every type whose conditions changed: the gate's caches re-list
+        such a type (criticalsvc/cache/manager.py), and the simulated state must not lag them."""
+        before = self._conditions
+        self._conditions = None
+        for gr in {*(before or {}), *self._conditions_by_type()}:
+            conditions = self._conditions_on(gr)
+            if (before or {}).get(gr, frozenset()) != conditions:
+                for key in self._keys(gr, None):
+                    self.state.upsert(project_for(self._objects[key], gr, conditions))
+
+    def _conditions_by_type(self) -> dict[GroupResource, frozenset[Criterion]]:
+        self._conditions_on(CRITICAL_SERVICES)
+        return self._conditions or {}
 
     def _unindex(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         md = obj["metadata"]
         self.state.remove(ObjectRef(gr, md.get("namespace", ""), md["name"]))
         if gr == CRITICAL_SERVICES:
             self.state.remove_critical_service(md["name"])
+            self._conditioned.discard(md["name"])
+            self._conditions = None
         if gr == CRDS:
+            self._conditions = None
             t = resource_type_from_crd(obj)
             if t is not None:
                 self.mapper.remove(t.group_resource)
