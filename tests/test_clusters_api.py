@@ -48,7 +48,8 @@ CRD_COLUMNS_1_34 = [("Name", "string", "name", 0), ("Created At", "date", "", 0)
 CRITICALSERVICE_COLUMNS = [("Name", "string", "name", 0), ("Provider", "string", "", 0),
                            ("Provider Namespace", "string", "", 0), ("Resource", "string", "", 1),
                            ("Criteria", "integer", "", 0), ("Unmet", "integer", "", 0), ("Blocking", "string", "", 0),
-                           ("Ready", "string", "", 1), ("Enforcement", "string", "", 1), ("Age", "date", "", 0)]
+                           ("Ready", "string", "", 1), ("Enforcement", "string", "", 1), ("Replay", "string", "", 1),
+                           ("Age", "date", "", 0)]
 
 
 def test_kubectl_get_prints_the_servers_columns_for_built_ins(cluster: Backend, namespace: str) -> None:
