@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.backends import DeleteStream
+from tests.backends import DeleteStream, protect_with_user
+from tests.realcluster import admission_metrics
+from tests.realcluster.admission_metrics import AdmissionCalls
 from tests.realcluster.cluster import RealCluster, built_binaries, real_cluster
 from tests.realcluster.teardown import FinalizerController, Observer, RetryingDeleter, Story, apply_story, wait_for
 
@@ -113,23 +115,56 @@ def test_a_non_leader_killed_mid_teardown_changes_nothing_for_the_teardown(ha: R
           f"killed replica; retried)")
 
 
+def _protected_provider(cluster: RealCluster) -> str:
+    """The path of a Deployment a CriticalService protects (its user exists), once the gate refuses it."""
+    _, provider, _, _ = protect_with_user(cluster.admin, "held")
+    wait_for(lambda: _held(cluster, provider) == 403, timeout=30, what="the gate to protect the provider")
+    return provider
+
+
+def _held(cluster: RealCluster, provider: str) -> int:
+    """A dry-run DELETE of the protected provider (reviewed like a real one, deletes nothing): its status."""
+    return cluster.admin.delete(provider, params={"dryRun": "All"}).status_code
+
+
+def _assert_no_failed_call(stream: DeleteStream, held: list[int], calls: AdmissionCalls) -> None:
+    """Neither the client nor the API server saw a failed admission call; the protected provider was
+    refused each time, and those refusals are the gate's only rejections the API server counted (403);
+    its count of allowed calls covers the stream's DELETEs (the scrapes saw the load)."""
+    assert sum(stream.statuses.values()) > 20, "the stream barely ran"
+    assert stream.failures == [], f"{len(stream.failures)} failed: {stream.failures[:3]}; {calls}"
+    assert calls.failed == 0 and calls.errors == {}, calls
+    assert held and set(held) == {403}, held
+    assert set(calls.denied) == {"403"} and calls.denied["403"] >= len(held), calls
+    assert calls.by_code.get("200", 0) >= stream.statuses[200], calls
+
+
 def test_rolling_restart_fails_no_admission_call(ha: RealCluster) -> None:
-    """SIGTERM one replica at a time, the next only once the restarted one is ready: no DELETE fails."""
+    """SIGTERM one replica at a time, the next only once the restarted one is ready: no DELETE fails, as
+    the client sees it and as the API server counts its calls to the gate's webhooks."""
     wait_for(lambda: all(g.ready() for g in ha.gate.replicas), timeout=60, what="both replicas ready")
     assert ha.kubectl("create", "namespace", "rolling").returncode == 0
     stream = DeleteStream(ha.admin, "rolling")
+    provider = _protected_provider(ha)
+    held: list[int] = []
+    before = admission_metrics.scrape(ha.admin)
+    took: list[float] = []
     stream.start()
     try:
         time.sleep(1)
         for gate in list(ha.gate.replicas):
+            started = time.monotonic()
             gate.stop()
             gate.start()
             wait_for(lambda: ha.gate.balancer is not None and len(ha.gate.balancer.ready_backends()) == 2,
                      timeout=60, what="the restarted replica back behind the Service")
+            took.append(time.monotonic() - started)
+            held.append(_held(ha, provider))
         time.sleep(1)
     finally:
         stream.stop()
-    total = sum(stream.statuses.values())
-    print(f"\nrolling restart: {total} deletes, statuses {stream.statuses}")
-    assert total > 20, "the stream barely ran"
-    assert stream.failures == [], f"{len(stream.failures)} failed: {stream.failures[:3]}"
+    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.admin))
+    print(f"\nrolling restart ({', '.join(f'{t:.1f}' for t in took)} s per replica, SIGTERM to ready behind the "
+          f"Service): {sum(stream.statuses.values())} deletes, statuses {dict(stream.statuses)}; {calls}")
+    _assert_no_failed_call(stream, held, calls)
+
