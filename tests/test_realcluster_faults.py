@@ -35,13 +35,10 @@ import datetime
 import itertools
 import json
 import signal
-import socket
-import ssl
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -54,7 +51,7 @@ from tests.backends import DeleteStream, deployment_manifest, protect_with_user,
 from tests.realcluster.client import Client
 from tests.realcluster.cluster import RealCluster, built_binaries
 from tests.realcluster.controlplane import ControlPlane, free_port, write_kubeconfig
-from tests.realcluster.gate import GateProcess, criticalsvc, install
+from tests.realcluster.gate import GateProcess, criticalsvc, install, served_certificate
 from tests.realcluster.loadbalancer import pipe
 from tests.realcluster.teardown import FinalizerController, Observer, RetryingDeleter, Story, apply_story, wait_for
 
@@ -404,19 +401,6 @@ def _unverified(events: list[dict[str, Any]]) -> list[str]:
     return found
 
 
-def _metric(gate: GateProcess, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in gate.metrics().splitlines():
-        if not line.startswith(name) or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        if head.split("{")[0] != name:
-            continue
-        if all(f'{k}="{v}"' in head for k, v in labels.items()):
-            total += float(value)
-    return total
-
-
 def _status_names(statuses: dict[int, int]) -> str:
     return ", ".join(f"{'no answer' if s == NO_ANSWER else s}: {n}" for s, n in statuses.items()) or "none"
 
@@ -607,7 +591,7 @@ def test_a_confirming_read_that_cannot_be_made_in_time_denies(faults: Faults) ->
     wait_for(lambda: dry_run() == 200, timeout=60, what="the gate to see the criterion met (confirmed ALLOW)")
 
     log_offset = gate.process.log_path.stat().st_size
-    timeouts_before = _metric(gate, "criticalsvc_live_confirmation_failures_total", reason="timeout")
+    timeouts_before = gate.metric("criticalsvc_live_confirmation_failures_total", reason="timeout")
     answers: list[tuple[str, int, float, str]] = []
     proxy.pause()
     paused = time.monotonic()
@@ -629,7 +613,7 @@ def test_a_confirming_read_that_cannot_be_made_in_time_denies(faults: Faults) ->
         resumed = time.monotonic()
     events = _gate_events(gate, log_offset)
     failures = [e for e in events if e.get("event") == "live confirmation failed"]
-    timeouts = _metric(gate, "criticalsvc_live_confirmation_failures_total", reason="timeout") - timeouts_before
+    timeouts = gate.metric("criticalsvc_live_confirmation_failures_total", reason="timeout") - timeouts_before
 
     wait_for(lambda: dry_run() == 200, timeout=60, what="the gate to confirm an ALLOW again after resume")
     recovered = time.monotonic() - resumed
@@ -695,17 +679,6 @@ def test_etcd_frozen_holds_a_delete_before_the_gate_is_asked(faults: Faults) -> 
 
 # --- 4. serving certificate rotated under load ---------------------------------------------------------------
 
-def _served_certificate(port: int, ca: Path) -> x509.Certificate:
-    """The certificate the gate presents on a new handshake, verified as the API server verifies it
-    (the caBundle's CA, the name 127.0.0.1)."""
-    context = ssl.create_default_context(cafile=str(ca))
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock, \
-            context.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der)
-
-
 def test_serving_certificate_rotated_under_load_fails_no_admission_call(faults: Faults) -> None:
     """`criticalsvc certs --out DIR --san 127.0.0.1` run again on the gate's certificate directory (it
     reuses the CA there, so the webhooks' caBundle stays valid, and writes a new key and certificate),
@@ -721,10 +694,10 @@ def test_serving_certificate_rotated_under_load_fails_no_admission_call(faults: 
     assert admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                "metadata": {"name": ns}}).status_code == 201
     log_offset = gate.process.log_path.stat().st_size
-    reloads_before = _metric(gate, "criticalsvc_certificate_reloads_total", result="ok")
+    reloads_before = gate.metric("criticalsvc_certificate_reloads_total", result="ok")
     stream = DeleteStream(Resilient(admin), ns)
     took: list[float] = []
-    serials: list[int] = [_served_certificate(installed.port, ca).serial_number]
+    serials: list[int] = [served_certificate(installed.port, ca).serial_number]
     stream.start()
     try:
         time.sleep(1.5)
@@ -733,7 +706,7 @@ def test_serving_certificate_rotated_under_load_fails_no_admission_call(faults: 
             rotated = (cert_dir / "tls.crt").stat().st_mtime  # the last file the command writes
             new = x509.load_pem_x509_certificate((cert_dir / "tls.crt").read_bytes()).serial_number
             assert new != serials[-1]
-            wait_for(lambda new=new: _served_certificate(installed.port, ca).serial_number == new,  # type: ignore[misc]
+            wait_for(lambda new=new: served_certificate(installed.port, ca).serial_number == new,  # type: ignore[misc]
                      timeout=15, what="the gate to serve the new certificate", interval=0.1)
             took.append(time.time() - rotated)
             serials.append(new)
@@ -741,7 +714,7 @@ def test_serving_certificate_rotated_under_load_fails_no_admission_call(faults: 
     finally:
         stream.stop()
     events = _gate_events(gate, log_offset)
-    reloads = _metric(gate, "criticalsvc_certificate_reloads_total", result="ok") - reloads_before
+    reloads = gate.metric("criticalsvc_certificate_reloads_total", result="ok") - reloads_before
     failed_reloads = [e for e in events if e.get("event", "").startswith("certificate reload failed")]
     total = sum(stream.statuses.values())
     print(f"\ncertificate rotation x2 under load: {total} deletes, statuses {_status_names(dict(stream.statuses))}; "
@@ -755,5 +728,5 @@ def test_serving_certificate_rotated_under_load_fails_no_admission_call(faults: 
     # and keeps the old one (by design); the next check loads the new pair. So only the successful
     # reloads are counted exactly.
     assert reloads == 2, f"{reloads:g} reloads; failed: {failed_reloads}"
-    assert _served_certificate(installed.port, ca).serial_number == serials[-1]
+    assert served_certificate(installed.port, ca).serial_number == serials[-1]
     assert admin.delete(f"/api/v1/namespaces/{ns}").status_code == 200

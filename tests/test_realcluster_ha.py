@@ -1,28 +1,40 @@
 """Two gate replicas behind a stand-in for their Service, on a real control plane: a replica killed,
-the leader killed, and a rolling restart, each during deletions in progress (issue 13's first part).
+the leader killed, a rolling restart, and the serving certificate renewed on every replica, each
+during deletions in progress (issue 13).
 
 The replicas run behind tests/realcluster/loadbalancer.py, which routes connections only to replicas
-whose /readyz answers 200, as kube-proxy routes only to ready endpoints. What is counted is what
-users see: DELETEs answered "failed calling webhook" (HTTP 500) and any wrong ALLOW.
+whose /readyz answers 200, as kube-proxy routes only to ready endpoints; each serves its certificate
+from a Secret volume of its own (tests/realcluster/secretvolume.py). What is counted is what users
+see: DELETEs answered "failed calling webhook" (HTTP 500) and any wrong ALLOW; and, for the rolling
+restart and the renewal, what the API server counts of its calls to the gate's webhooks
+(tests/realcluster/admission_metrics.py), which includes the calls no test client made.
 """
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
-from tests.backends import DeleteStream
+from tests.backends import DeleteStream, protect_with_user
+from tests.realcluster import admission_metrics
+from tests.realcluster.admission_metrics import AdmissionCalls
 from tests.realcluster.cluster import RealCluster, built_binaries, real_cluster
+from tests.realcluster.gate import SECRET_KEYS, criticalsvc
+from tests.realcluster.secretvolume import project
 from tests.realcluster.teardown import FinalizerController, Observer, RetryingDeleter, Story, apply_story, wait_for
 
 pytestmark = pytest.mark.realcluster
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/criticalsvc-system/leases/criticalsvc-status"
+RELOADS = "criticalsvc_certificate_reloads_total"
 
 
 @pytest.fixture(scope="module")
@@ -113,23 +125,111 @@ def test_a_non_leader_killed_mid_teardown_changes_nothing_for_the_teardown(ha: R
           f"killed replica; retried)")
 
 
+def _protected_provider(cluster: RealCluster) -> str:
+    """The path of a Deployment a CriticalService protects (its user exists), once the gate refuses it."""
+    _, provider, _, _ = protect_with_user(cluster.admin, "held")
+    wait_for(lambda: _held(cluster, provider) == 403, timeout=30, what="the gate to protect the provider")
+    return provider
+
+
+def _held(cluster: RealCluster, provider: str) -> int:
+    """A dry-run DELETE of the protected provider (reviewed like a real one, deletes nothing): its status."""
+    return cluster.admin.delete(provider, params={"dryRun": "All"}).status_code
+
+
+def _assert_no_failed_call(stream: DeleteStream, held: list[int], calls: AdmissionCalls) -> None:
+    """Neither the client nor the API server saw a failed admission call; the protected provider was
+    refused each time, and those refusals are the gate's only rejections the API server counted (403);
+    its count of allowed calls covers the stream's DELETEs (the scrapes saw the load)."""
+    assert sum(stream.statuses.values()) > 20, "the stream barely ran"
+    assert stream.failures == [], f"{len(stream.failures)} failed: {stream.failures[:3]}; {calls}"
+    assert calls.failed == 0 and calls.errors == {}, calls
+    assert held and set(held) == {403}, held
+    assert set(calls.denied) == {"403"} and calls.denied["403"] >= len(held), calls
+    assert calls.by_code.get("200", 0) >= stream.statuses[200], calls
+
+
 def test_rolling_restart_fails_no_admission_call(ha: RealCluster) -> None:
-    """SIGTERM one replica at a time, the next only once the restarted one is ready: no DELETE fails."""
+    """SIGTERM one replica at a time, the next only once the restarted one is ready: no DELETE fails, as
+    the client sees it and as the API server counts its calls to the gate's webhooks."""
     wait_for(lambda: all(g.ready() for g in ha.gate.replicas), timeout=60, what="both replicas ready")
     assert ha.kubectl("create", "namespace", "rolling").returncode == 0
     stream = DeleteStream(ha.admin, "rolling")
+    provider = _protected_provider(ha)
+    held: list[int] = []
+    before = admission_metrics.scrape(ha.admin)
+    took: list[float] = []
     stream.start()
     try:
         time.sleep(1)
         for gate in list(ha.gate.replicas):
+            started = time.monotonic()
             gate.stop()
             gate.start()
             wait_for(lambda: ha.gate.balancer is not None and len(ha.gate.balancer.ready_backends()) == 2,
                      timeout=60, what="the restarted replica back behind the Service")
+            took.append(time.monotonic() - started)
+            held.append(_held(ha, provider))
         time.sleep(1)
     finally:
         stream.stop()
-    total = sum(stream.statuses.values())
-    print(f"\nrolling restart: {total} deletes, statuses {stream.statuses}")
-    assert total > 20, "the stream barely ran"
-    assert stream.failures == [], f"{len(stream.failures)} failed: {stream.failures[:3]}"
+    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.admin))
+    print(f"\nrolling restart ({', '.join(f'{t:.1f}' for t in took)} s per replica, SIGTERM to ready behind the "
+          f"Service): {sum(stream.statuses.values())} deletes, statuses {dict(stream.statuses)}; {calls}")
+    _assert_no_failed_call(stream, held, calls)
+
+
+def test_serving_certificate_rotated_on_every_replica_under_load_fails_no_admission_call(
+        ha: RealCluster, tmp_path: Path) -> None:
+    """A renewed serving certificate (same CA, so the webhooks' caBundle still trusts it) reaches each
+    replica's Secret volume in turn, as each node's kubelet updates its pod's copy, while DELETEs stream
+    through the Service: no admission call fails (client and API server), each replica reloads once and
+    then presents the new certificate, the one not yet updated meanwhile still presenting the old one."""
+    wait_for(lambda: all(g.ready() for g in ha.gate.replicas), timeout=60, what="both replicas ready")
+    replicas = list(ha.gate.replicas)
+    ca = ha.gate.certs / "ca.crt"
+    # What an operator does to renew: `criticalsvc certs` again on the directory holding the CA (it reuses
+    # ca.crt and ca.key), then apply the Secret it wrote; here each replica's volume gets its keys.
+    renewal = tmp_path / "renewal"
+    renewal.mkdir()
+    for name in ("ca.crt", "ca.key"):
+        shutil.copy(ha.gate.certs / name, renewal / name)
+    criticalsvc("certs", "--out", str(renewal), "--san", "127.0.0.1")
+    assert (renewal / "ca.crt").read_bytes() == ca.read_bytes(), "the CA changed (the caBundle would be stale)"
+    new = x509.load_pem_x509_certificate((renewal / "tls.crt").read_bytes())
+    old = {g.process.name: g.served_certificate(ca) for g in replicas}
+    assert new not in old.values()
+    reloads_before = {g.process.name: (g.metric(RELOADS, result="ok"), g.metric(RELOADS, result="failed"))
+                      for g in replicas}
+    assert ha.kubectl("create", "namespace", "rotation").returncode == 0
+    stream = DeleteStream(ha.admin, "rotation")
+    provider = _protected_provider(ha)
+    held: list[int] = []
+    before = admission_metrics.scrape(ha.admin)
+    took: dict[str, float] = {}
+    stream.start()
+    try:
+        time.sleep(1)
+        for i, gate in enumerate(replicas):
+            project(gate.certs, {name: (renewal / name).read_bytes() for name in SECRET_KEYS})
+            updated = time.monotonic()
+            wait_for(lambda gate=gate: gate.served_certificate(ca) == new, timeout=15,  # type: ignore[misc]
+                     what=f"{gate.process.name} to serve the new certificate", interval=0.1)
+            took[gate.process.name] = time.monotonic() - updated
+            for waiting in replicas[i + 1:]:  # its volume not updated yet: the API server meets both pairs
+                assert waiting.served_certificate(ca) == old[waiting.process.name]
+            held.append(_held(ha, provider))
+            time.sleep(1)
+    finally:
+        stream.stop()
+    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.admin))
+    reloads = {g.process.name: g.metric(RELOADS, result="ok") - reloads_before[g.process.name][0] for g in replicas}
+    failed = {g.process.name: g.metric(RELOADS, result="failed") - reloads_before[g.process.name][1]
+              for g in replicas}
+    print(f"\ncertificate rotated on {len(replicas)} replicas under load: {sum(stream.statuses.values())} deletes, "
+          f"statuses {dict(stream.statuses)}; {calls}; new certificate served "
+          f"{', '.join(f'{n} {t:.1f} s' for n, t in took.items())} after its volume changed (serial "
+          f"{hex(new.serial_number)[:14]}); reloads ok {reloads}, failed {failed}")
+    _assert_no_failed_call(stream, held, calls)
+    assert reloads == {g.process.name: 1 for g in replicas}, f"reloads ok {reloads}, failed {failed}"
+    assert all(g.served_certificate(ca) == new for g in replicas)

@@ -14,15 +14,19 @@ read and write it makes is checked by the real RBAC authorizer. Each `GateProces
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import subprocess
 import sys
 from pathlib import Path
 
 import attrs
 import httpx
+from cryptography import x509
 
 from .controlplane import ControlPlane, ControlPlaneError, Process, free_port, poll, write_kubeconfig
 from .loadbalancer import Backend, LoadBalancer
+from .secretvolume import project
 
 GATE_NAMESPACE = "criticalsvc-system"
 SERVICE_ACCOUNT = "criticalsvc"
@@ -39,7 +43,19 @@ def criticalsvc(*args: str, input: str | None = None) -> str:
     return done.stdout
 
 
+def served_certificate(port: int, ca: Path) -> x509.Certificate:
+    """The certificate the gate presents on a new handshake to `port`, verified as the API server verifies
+    it (the caBundle's CA, the name 127.0.0.1)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock, \
+            context.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
+
+
 SHUTDOWN_DELAY = 1.5
+SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key")  # the keys of the Secret `criticalsvc certs` writes (secret.yaml)
 
 
 @attrs.define
@@ -48,6 +64,7 @@ class GateProcess:
 
     process: Process
     port_file: Path
+    certs: Path  # the directory its --tls-cert and --tls-key are in
     ops_url: str = ""
     webhook_port: int = 0
     ops_port: int = 0
@@ -67,6 +84,23 @@ class GateProcess:
 
     def metrics(self) -> str:
         return httpx.get(f"{self.ops_url}/metrics", timeout=5).text
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the samples of `name` whose labels include `labels`, on this replica's /metrics now."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if not line.startswith(name) or line.startswith("#"):
+                continue
+            head, _, value = line.rpartition(" ")
+            if head.split("{")[0] != name:
+                continue
+            if all(f'{k}="{v}"' in head for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def served_certificate(self, ca: Path) -> x509.Certificate:
+        """The certificate this replica presents on a new handshake to its own port."""
+        return served_certificate(self.webhook_port, ca)
 
     def stop(self) -> None:
         self.process.stop()
@@ -92,16 +126,18 @@ class InstalledGate:
         return f"https://127.0.0.1:{self.port}"
 
     def replica(self, index: int = 0, *, webhook_port: int | None = None, ops_port: int = 0,
-                extra_args: tuple[str, ...] = ()) -> GateProcess:
+                certs: Path | None = None, extra_args: tuple[str, ...] = ()) -> GateProcess:
         name = f"gate-{index}"
         port = webhook_port or self.port
+        certs = certs or self.certs
         return GateProcess(Process(name, [
             sys.executable, "-m", "criticalsvc", "serve", "--kubeconfig", str(self.kubeconfig),
-            "--tls-cert", str(self.certs / "tls.crt"), "--tls-key", str(self.certs / "tls.key"),
+            "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
             "--listen", f"127.0.0.1:{port}", "--ops-listen", f"127.0.0.1:{ops_port}",
             "--port-file", str(self.directory / f"{name}.ports.json"), "--identity", name,
             "--lease-namespace", GATE_NAMESPACE, "--log-level", "info", *extra_args,
-        ], self.directory / f"{name}.log"), self.directory / f"{name}.ports.json", webhook_port=port, ops_port=ops_port)
+        ], self.directory / f"{name}.log"), self.directory / f"{name}.ports.json", certs, webhook_port=port,
+            ops_port=ops_port)
 
     def start(self) -> GateProcess:
         """One replica serving the webhook port itself (no Service in between)."""
@@ -118,11 +154,16 @@ class InstalledGate:
         return self.replicas
 
     def add_replica(self) -> GateProcess:
-        """One more replica behind the load balancer (ports fixed for its lifetime, so restarts keep them)."""
+        """One more replica behind the load balancer (ports fixed for its lifetime, so restarts keep them),
+        serving the pair from a Secret volume of its own (`<name>.tls`, tests/realcluster/secretvolume.py),
+        as each pod's kubelet keeps its own copy of the Secret."""
         assert self.balancer is not None, "start_behind_service first"
+        index = len(self.replicas)
+        volume = self.directory / f"gate-{index}.tls"
+        project(volume, {name: (self.certs / name).read_bytes() for name in SECRET_KEYS})
         # As the shipped Deployment does (--shutdown-delay 5), a stopping replica answers, not ready, until
         # the balancer's next health checks have taken it out (every 0.25 s here, so 1.5 s is plenty).
-        gate = self.replica(len(self.replicas), webhook_port=free_port(), ops_port=free_port(),
+        gate = self.replica(index, webhook_port=free_port(), ops_port=free_port(), certs=volume,
                             extra_args=("--shutdown-delay", str(SHUTDOWN_DELAY)))
         self.replicas.append(gate)
         self.balancer.set_backends([Backend(g.process.name, g.webhook_port, g.ops_port) for g in self.replicas])
