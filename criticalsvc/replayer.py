@@ -41,6 +41,7 @@ from .logs import get_logger
 from .metrics import Metrics
 from .restmapper import RESTMapper
 from .state import ClusterState
+from .statuswriter import StateSource
 
 log = get_logger("criticalsvc.replay")
 
@@ -59,16 +60,8 @@ class Sender(Protocol):
                    params: Any = (), content_type: str = ...) -> Any: ...
 
 
-class Source(Protocol):
-    @property
-    def ready(self) -> bool: ...
-
-    @property
-    def state(self) -> ClusterState: ...
-
-
 class LiveReplayer:
-    def __init__(self, transport: Sender, source: Source, mapper: RESTMapper, *, namespace: str,
+    def __init__(self, transport: Sender, source: StateSource, mapper: RESTMapper, *, namespace: str,
                  post_event: Callable[[dict[str, Any]], None] = lambda event: None,
                  on_change: Callable[[], None] = lambda: None, metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.time, arm_window: float = replay.ARM_WINDOW,

@@ -84,3 +84,18 @@ def namespace(cluster: Backend) -> Iterator[str]:
     assert created.status_code == 201, created.text
     yield name
     cluster.admin.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[Any]:
+    """`criticalsvc serve --embedded` for one test; it must shut down cleanly on SIGTERM."""
+    from tests.backends import Embedded
+
+    e = Embedded(tmp_path)
+    try:
+        yield e
+    finally:
+        code, _seconds = e.stop()
+        log = e.output()
+        e.log.close()
+        assert code == 0, f"serve --embedded did not shut down cleanly within 10 s of SIGTERM:\n{log}"

@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +25,6 @@ from tests.backends import Embedded
 pytestmark = pytest.mark.e2e
 
 STORY = Path("api/examples/reference-story.yaml").resolve()
-
-
-@pytest.fixture
-def embedded(tmp_path: Path) -> Iterator[Embedded]:
-    e = Embedded(tmp_path)
-    try:
-        yield e
-    finally:
-        code, _seconds = e.stop()
-        log = e.output()
-        e.log.close()
-        assert code == 0, f"serve --embedded did not shut down cleanly within 10 s of SIGTERM:\n{log}"
 
 
 def _paths() -> list[tuple[ObjectRef, str, str, dict[str, Any]]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,14 +66,6 @@ def test_graph_takes_the_namespace_flag_and_ignores_it(capsys: pytest.CaptureFix
     assert "for-finalizer-deployment" in plain
 
 
-@pytest.fixture
-def embedded(tmp_path: Path) -> Iterator[Embedded]:
-    e = Embedded(tmp_path)
-    try:
-        yield e
-    finally:
-        e.stop()
-        e.log.close()
 
 
 @pytest.mark.e2e

@@ -164,26 +164,14 @@ class KubeTransport:
 
     async def get(self, path: str, params: Params = (), *, timeout: float, accept: str = ACCEPT_JSON) -> JSON:
         response = await self._open(path, params, aiohttp.ClientTimeout(total=timeout), accept)
-        try:
-            data = await response.read()
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise TransportError(f"GET {path}: {_describe(exc)}") from exc
-        finally:
-            response.response.release()
-        return _json_object(data, f"GET {path}: the answer")
+        return await _answer(response, f"GET {path}")
 
     async def send(self, verb: str, path: str, payload: Mapping[str, Any] | None = None, *, timeout: float,
                    params: Params = (), content_type: str = ACCEPT_JSON) -> JSON:
         """A write (POST, PATCH, DELETE) with a JSON body; the decoded answer. Raises APIError."""
         response = await self._open(path, params, aiohttp.ClientTimeout(total=timeout), ACCEPT_JSON, verb=verb,
                                     payload=payload, content_type=content_type)
-        try:
-            data = await response.read()
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise TransportError(f"{verb} {path}: {_describe(exc)}") from exc
-        finally:
-            response.response.release()
-        return _json_object(data, f"{verb} {path}: the answer")
+        return await _answer(response, f"{verb} {path}")
 
     @contextlib.asynccontextmanager
     async def stream(self, path: str, params: Params = (), *, timeout: float,
@@ -193,6 +181,17 @@ class KubeTransport:
             yield _events(response.response.content, path)
         finally:
             response.response.close()  # never reuse a half-read stream's connection
+
+
+async def _answer(response: Any, what: str) -> JSON:
+    """Read a whole answer and decode it as a JSON object; the connection goes back to the pool."""
+    try:
+        data = await response.read()
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise TransportError(f"{what}: {_describe(exc)}") from exc
+    finally:
+        response.response.release()
+    return _json_object(data, f"{what}: the answer")
 
 
 async def _events(content: aiohttp.StreamReader, path: str) -> AsyncIterator[JSON]:
