@@ -29,10 +29,14 @@ and within QUIET they would have. The garbage collector never counts as done (it
 1000 s), so gc cases only stop at the cap.
 
 Refusals are the 403 answers the deleter got; for gc, the gate's log lines for refused DELETEs of the
-story's objects by anyone but the gate itself (the garbage collector). Replays are the gate's "deletion
+story's objects by anyone but the gate itself (the garbage collector; tests/realcluster runs it with the
+admin's credentials, so its user does not tell it apart). Replays are the gate's "deletion
 replayed" log lines for the story's objects. The ideal is measured once per run (on the story without
 an owner, as the gc bundle's ideal too: the root goes the moment its dependents are gone) and each
-case's ratio divides by the ideal of its run.
+case's ratio divides by the ideal of its run - for manifestwork, which deletes Foreground, by an ideal
+that deletes Foreground too: on a real API server a CR deleted Foreground is gone only once the garbage
+collector has removed its foregroundDeletion finalizer, and the CRD's cleanup then sees it at its next
+5 s poll, a cost of the policy that no deletion order can save.
 """
 
 from __future__ import annotations
@@ -73,8 +77,9 @@ REPLAY_ROLE = {
 POLL = 0.1  # the observer's round; one round GETs the ~10 objects of a story, itself 20-50 ms here
 IDEAL_INTERVAL = 0.05
 RERUN = 30.0  # kubectl-rerun: the person's patience between runs, as in the simulator
-# After its deleter is done, a teardown that nothing moved for this long is stuck: the slowest step the
-# controllers take alone here (the namespace controller emptying a namespace) takes a few seconds.
+# After its deleter is done, a teardown that nothing moved for this long is stuck: the slowest steps the
+# controllers take alone here take ~5 s (the CRD's cleanup finalizer polls its instances every 5 s,
+# apiextensions-apiserver pkg/controller/finalizer/crd_finalizer.go; a namespace's finalization).
 QUIET = 30.0
 STUCK_CAP = 300.0
 RETRY = Backoff(initial=0.05, maximum=60.0)  # the OCM work agent's requeue of a failed deletion
@@ -82,21 +87,31 @@ RETRY = Backoff(initial=0.05, maximum=60.0)  # the OCM work agent's requeue of a
 
 # --- deleters -------------------------------------------------------------------------------------------
 class Deleter(threading.Thread):
-    """One teardown client in a thread: when it sent its first DELETE, how many it had refused (403), and
-    whether it has nothing left to do (`done`)."""
+    """One teardown client in a thread: when it sent its first DELETE, how many it had refused (403),
+    whether it has nothing left to do (`done`), and what ended it if it failed (`error`)."""
 
     def __init__(self, name: str) -> None:
         super().__init__(daemon=True, name=name)
         self.first_delete: float | None = None
         self.refusals = 0
         self.done = False
+        self.error = ""
         self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except Exception as exc:  # reported as the case's outcome, not lost in a thread
+            self.error = f"{type(exc).__name__}: {exc}"[:500]
+
+    def work(self) -> None:
+        raise NotImplementedError
 
     def stop(self) -> None:
         self.stopping.set()
         self.join(60)
 
-    def _delete(self, client: Any, path: str, **kwargs: Any) -> httpx.Response:
+    def _send_delete(self, client: Any, path: str, **kwargs: Any) -> httpx.Response:
         sent = time.time()
         response: httpx.Response = client.delete(path, **kwargs)
         if self.first_delete is None:
@@ -107,21 +122,25 @@ class Deleter(threading.Thread):
 
 
 class IdealDeleter(Deleter):
-    """Deletes each object the moment a server-side dry run says the gate allows it."""
+    """Deletes each object the moment a server-side dry run says the gate allows it, with `propagation`:
+    the yardstick for a deleter that uses the same policy (on a real API server Foreground costs time of
+    its own - a CR deleted Foreground waits for the garbage collector to drop `foregroundDeletion` -
+    which no ordering can save, so a Foreground deleter is measured against a Foreground ideal)."""
 
-    def __init__(self, client: Any, paths: dict[str, str]) -> None:
+    def __init__(self, client: Any, paths: dict[str, str], *, propagation: str = "Background") -> None:
         super().__init__("ideal")
-        self.client, self.paths = client, paths
+        self.client, self.paths, self.propagation = client, paths, propagation
 
-    def run(self) -> None:
+    def work(self) -> None:
         pending = dict(self.paths)
         while pending and not self.stopping.is_set():
             for key, path in list(pending.items()):
                 try:
-                    dry = self.client.delete(path, params={"dryRun": "All"})
-                    if dry.status_code == 404:  # gone, or a CR whose CRD is gone ("404 page not found")
-                        del pending[key]
-                    elif dry.status_code < 300 and self._delete(self.client, path).status_code in (200, 202, 404):
+                    # 404: gone, or a CR whose CRD is gone (answered "404 page not found").
+                    allowed = self.client.delete(path, params={"dryRun": "All"}).status_code
+                    options = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": self.propagation}
+                    if allowed == 404 or (allowed < 300 and
+                                          self._send_delete(self.client, path, body=options).status_code < 300):
                         del pending[key]
                 except httpx.HTTPError:
                     continue
@@ -139,7 +158,7 @@ class KubectlDeleter(Deleter):
         self.kubectl, self.text, self.repeat = kubectl, text, repeat
         self.runs = 0
 
-    def run(self) -> None:
+    def work(self) -> None:
         while not self.stopping.is_set():
             started = time.time()
             done = self.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", "-v=6",
@@ -162,7 +181,7 @@ class BackoffDeleter(Deleter):
         super().__init__("backoff-deleter")
         self.client, self.paths, self.propagation = client, paths, propagation
 
-    def run(self) -> None:
+    def work(self) -> None:
         due = [(0.0, key) for key in self.paths]
         failures = dict.fromkeys(self.paths, 0)
         while due:
@@ -170,7 +189,7 @@ class BackoffDeleter(Deleter):
             if self.stopping.wait(max(0.0, at - time.monotonic())):
                 return
             try:
-                response = self._delete(self.client, self.paths[key], body={
+                response = self._send_delete(self.client, self.paths[key], body={
                     "kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": self.propagation})
                 accepted = response.status_code in (200, 202, 404)
             except httpx.HTTPError:
@@ -189,8 +208,8 @@ class RootDeleter(Deleter):
         super().__init__("root-deleter")
         self.client, self.path, self.propagation = client, path, propagation
 
-    def run(self) -> None:
-        response = self._delete(self.client, self.path, body={
+    def work(self) -> None:
+        response = self._send_delete(self.client, self.path, body={
             "kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": self.propagation})
         if response.status_code not in (200, 202):
             raise AssertionError(f"DELETE {self.path}: {response.status_code} {response.text}")
@@ -278,6 +297,7 @@ class Outcome:
     refusals: int
     replayed: int
     why: str = ""
+    gone: dict[str, float] = attrs.Factory(dict)  # key -> seconds after the first DELETE it was seen gone
 
 
 class GateLog:
@@ -337,8 +357,8 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter) -> Out
             if not state:
                 break
             started = deleter.first_delete
-            if not deleter.is_alive() and not deleter.done:
-                why = f"the deleter failed (see stderr); left: {', '.join(sorted(state))}"
+            if deleter.error:
+                why = f"the deleter failed ({deleter.error}); left: {', '.join(sorted(state))}"
                 break
             if started is not None and now - started > STUCK_CAP:
                 why = f"not done after {STUCK_CAP:.0f} s; left: {', '.join(sorted(state))}"
@@ -363,9 +383,13 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter) -> Out
             refusals += 1
     if leftover:
         print(f"  cleanup left {', '.join(leftover)} behind", file=sys.stderr, flush=True)
-    if why or deleter.first_delete is None:
+    if deleter.first_delete is None:
         return Outcome(False, None, refusals, replayed, why or "no DELETE was sent")
-    return Outcome(True, max(gone_at.values()) - deleter.first_delete, refusals, replayed)
+    gone = {k.replace(suffix, ""): round(t - deleter.first_delete, 2)
+            for k, t in sorted(gone_at.items(), key=lambda kv: kv[1])}
+    if why:
+        return Outcome(False, None, refusals, replayed, why, gone)
+    return Outcome(True, max(gone_at.values()) - deleter.first_delete, refusals, replayed, gone=gone)
 
 
 def cleanup(cluster: Any, bundle: Bundle) -> list[str]:
@@ -391,8 +415,9 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
                  what=f"{story.critical_service}: ReplayPermitted=True")
     client = cluster.admin
     running: Deleter
-    if deleter == "ideal":
-        running = IdealDeleter(client, story.paths())
+    if deleter in ("ideal", "ideal-foreground"):
+        running = IdealDeleter(client, story.paths(),
+                               propagation="Foreground" if deleter == "ideal-foreground" else "Background")
     elif deleter in ("kubectl", "kubectl-rerun"):
         running = KubectlDeleter(cluster.kubectl, story.text, repeat=RERUN if deleter == "kubectl-rerun" else None)
     elif deleter == "manifestwork":
@@ -417,6 +442,8 @@ def run(runs: int = 1) -> dict[str, Any]:
         return {"skipped": reason}
     binaries = build.ensure_built(build.selected_minor())
     ideal: list[float] = []
+    ideal_foreground: list[float] = []  # the yardstick of the Foreground deleter (manifestwork)
+    ideal_outcomes: list[Outcome] = []
     outcomes: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in CASES}
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp, real_cluster(binaries, Path(tmp)) as cluster:
         done = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(REPLAY_ROLE))
@@ -428,15 +455,25 @@ def run(runs: int = 1) -> dict[str, Any]:
             if base.makespan is None:
                 raise AssertionError(f"the ideal teardown did not complete: {base.why}")
             ideal.append(base.makespan)
+            ideal_outcomes.append(base)
             _progress(f"run {r + 1}/{runs} ideal", base, base.makespan)
+            foreground = run_case(cluster, log, "ideal-foreground", replay=False, suffix=f"idealfg-{r}")
+            if foreground.makespan is None:
+                raise AssertionError(f"the Foreground ideal teardown did not complete: {foreground.why}")
+            ideal_foreground.append(foreground.makespan)
+            _progress(f"run {r + 1}/{runs} ideal (Foreground)", foreground, foreground.makespan)
             for deleter, replay in CASES:
                 outcome = run_case(cluster, log, deleter, replay=replay,
                                    suffix=f"{deleter}-{'on' if replay else 'off'}-{r}")
                 outcomes[deleter, replay].append(outcome)
-                _progress(f"run {r + 1}/{runs} {deleter} replay {'on' if replay else 'off'}", outcome, base.makespan)
-    return {"kubernetes": binaries.kubernetes_version, "rows": [_row(case, outcomes[case], ideal) for case in CASES],
-            "stuck": {f"{d} replay {'on' if r else 'off'}": [o.why for o in outcomes[d, r] if not o.completed]
-                      for d, r in CASES if not all(o.completed for o in outcomes[d, r])}}
+                yardstick = foreground.makespan if deleter == "manifestwork" else base.makespan
+                _progress(f"run {r + 1}/{runs} {deleter} replay {'on' if replay else 'off'}", outcome, yardstick)
+    # Beside the table's rows: per case and run, why it was stuck and when each object was seen gone.
+    details = {f"{d} replay {'on' if r else 'off'}": [({"stuck": o.why} if o.why else {}) | {"goneAfter": o.gone}
+                                                     for o in outcomes[d, r]] for d, r in CASES}
+    rows = [_row(case, outcomes[case], ideal_foreground if case[0] == "manifestwork" else ideal) for case in CASES]
+    return {"kubernetes": binaries.kubernetes_version, "rows": rows, "idealForegroundSeconds": ideal_foreground,
+            "ideal": [{"goneAfter": o.gone} for o in ideal_outcomes], "cases": details}
 
 
 def _row(case: tuple[str, bool], outcomes: list[Outcome], ideal: list[float]) -> dict[str, Any]:
@@ -459,8 +496,9 @@ def _progress(what: str, outcome: Outcome, ideal: float) -> None:
         told = f"{outcome.makespan:.2f} s (ideal {ideal:.2f} s, ratio {outcome.makespan / ideal:.2f})"
     else:
         told = f"stuck: {outcome.why}"
-    print(f"[replay --real] {what}: {told}, refused {outcome.refusals}, replayed {outcome.replayed}",
-          file=sys.stderr, flush=True)
+    gone = ", ".join(f"{k} {t:.1f}" for k, t in outcome.gone.items())
+    print(f"[replay --real] {what}: {told}, refused {outcome.refusals}, replayed {outcome.replayed}; "
+          f"seen gone after s: {gone or '-'}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str]) -> int:

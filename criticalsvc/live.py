@@ -147,9 +147,8 @@ class LiveState:
         return found
 
     def _conditions_on(self, gr: GroupResource) -> frozenset[Criterion]:
-        """The criteria with conditions on gr: part of the question, so a read evaluates them."""
-        if gr == CRITICAL_SERVICES:
-            return frozenset()  # no criterion is about CriticalServices' fields; spares a read
+        """The criteria with conditions on gr: part of the question, so a read evaluates them. Any type,
+        CriticalServices included: a criterion may name them, with a condition (tests/test_cache_live_agree.py)."""
         return criteria.conditioned_criteria(self.critical_services(), self).get(gr, frozenset())
 
     def with_finalizer(self, gr: GroupResource, finalizer: str, *,

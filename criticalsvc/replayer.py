@@ -46,6 +46,7 @@ from .statuswriter import StateSource
 log = get_logger("criticalsvc.replay")
 
 INTERVAL = 1.0  # a leader round; replay.plan is cheap and the list is one request
+BUSY_INTERVAL = 0.25  # ... while intents wait: a replay is due the moment the criteria hold
 IDLE_INTERVAL = 30.0  # with no CriticalService asking for replay: only sweep leftover records
 REQUEST_TIMEOUT = 5.0
 ACCESS_TTL = 60.0  # how long a SelfSubjectAccessReview's "allowed" is trusted
@@ -114,7 +115,7 @@ class LiveReplayer:
                     log.exception("replay round failed")
             else:
                 self.intents = []
-            await asyncio.sleep(INTERVAL)
+            await asyncio.sleep(BUSY_INTERVAL if self.intents else INTERVAL)
 
     def _wanted(self) -> bool:
         try:
