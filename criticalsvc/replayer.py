@@ -40,8 +40,8 @@ from .events import object_event
 from .logs import get_logger
 from .metrics import Metrics
 from .restmapper import RESTMapper
+from .server import StateSource
 from .state import ClusterState
-from .statuswriter import StateSource
 
 log = get_logger("criticalsvc.replay")
 

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -25,6 +25,7 @@ from .api import GROUP, PLURAL, VERSION
 from .decision import AdmissionRequest, Decision
 from .errors import StateUnavailable
 from .events import EventRecorder
+from .server import StateSource
 from .state import ClusterState
 from .status import compute_status, same_status
 
@@ -33,14 +34,6 @@ log = structlog.get_logger("criticalsvc.status")
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15, 10, 2
 # The generated client sets no timeout of its own: one hung write would stop every later Event.
 EVENT_TIMEOUT = 5.0
-
-
-class StateSource(Protocol):
-    @property
-    def ready(self) -> bool: ...
-
-    @property
-    def state(self) -> ClusterState: ...
 
 
 class StatusWriter:
