@@ -43,9 +43,10 @@ import tracemalloc
 import uuid
 from typing import Any
 
+from criticalsvc.admission import AdmissionRequest
 from criticalsvc.api import GroupResource
 from criticalsvc.condition import compile_condition
-from criticalsvc.decision import AdmissionRequest, decide
+from criticalsvc.decision import decide
 from criticalsvc.manifests import Manifest
 from criticalsvc.objects import project
 from criticalsvc.snapshot import build_state

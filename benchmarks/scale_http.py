@@ -66,8 +66,7 @@ from typing import Any
 
 import attrs
 
-from criticalsvc.admission import render_review
-from criticalsvc.decision import AdmissionRequest
+from criticalsvc.admission import AdmissionRequest, render_review
 
 from .report import emit, percentile
 from .scale import add_sweep_arguments, cluster, requests

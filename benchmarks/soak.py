@@ -79,9 +79,8 @@ from typing import Any
 import attrs
 import orjson
 
-from criticalsvc.admission import render_review
+from criticalsvc.admission import AdmissionRequest, render_review
 from criticalsvc.api import GroupResource
-from criticalsvc.decision import AdmissionRequest
 
 from .latency import _stop, _wait_ports, make_certs, review_body, spawn_gate, write_snapshot
 from .report import emit, percentile

@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from . import criteria
+from .admission import AdmissionRequest
 from .api import (
     BREAK_GLASS_ANNOTATION,
     CRD_NAME,
@@ -75,31 +76,6 @@ class Rule(enum.StrEnum):
     VALID_SPEC = "valid-spec"
     INVALID_SPEC = "invalid-spec"
     CYCLE = "cycle"
-
-
-@attrs.frozen
-class AdmissionRequest:
-    """The parts of an AdmissionReview request the rules read (see admission.py for the wire)."""
-
-    uid: str
-    group_resource: GroupResource
-    operation: str
-    name: str
-    namespace: str
-    object: Mapping[str, Any] | None = None
-    old_object: Mapping[str, Any] | None = None
-    sub_resource: str = ""
-    kind: str = ""
-    dry_run: bool = False
-    username: str = ""
-    # DELETE only: options.propagationPolicy as sent (None: the type's default); a replay re-uses it.
-    propagation_policy: str | None = None
-
-    @property
-    def ref(self) -> ObjectRef:
-        # For a Namespace the request's `namespace` is its own name; the object is cluster-scoped.
-        namespace = "" if self.group_resource == NAMESPACES else self.namespace
-        return ObjectRef(self.group_resource, namespace, self.name)
 
 
 @attrs.frozen

@@ -15,9 +15,10 @@ from typing import Any
 import attrs
 
 from . import criteria
+from .admission import AdmissionRequest
 from .api import CRD_NAME, CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, ObjectRef, ReplayDeletion
 from .criteria import Verdict
-from .decision import AdmissionRequest, Decision, decide
+from .decision import Decision, decide
 from .replay import DeletionIntent
 from .state import ClusterState
 from .timestamps import format_rfc3339

@@ -43,6 +43,7 @@ from typing import Any, Literal
 import attrs
 
 from . import criteria
+from .admission import AdmissionRequest
 from .api import CRITICAL_SERVICES, NAMESPACES, VERSION, Criterion, CriticalService, GroupResource, ObjectRef
 from .cache.discovery import discover_group
 from .cache.transport import (
@@ -55,7 +56,7 @@ from .cache.transport import (
     list_items,
 )
 from .condition import Condition
-from .decision import AdmissionRequest, Decision, Rule, decide, deny
+from .decision import Decision, Rule, decide, deny
 from .errors import InvalidInput, StateUnavailable
 from .labels import LabelSelector
 from .objects import KubeObject

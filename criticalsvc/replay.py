@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from . import criteria
+from .admission import AdmissionRequest
 from .api import (
     CRD_NAME,
     CRDS,
@@ -45,7 +46,7 @@ from .api import (
     ObjectRef,
     ReplayDeletion,
 )
-from .decision import AdmissionRequest, Decision, Rule, decide
+from .decision import Decision, Rule, decide
 from .errors import InvalidInput
 from .objects import KubeObject
 from .state import ClusterState

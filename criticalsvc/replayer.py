@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from . import replay
+from .admission import AdmissionRequest
 from .api import (
     CRITICAL_SERVICES,
     NAMESPACES,
@@ -34,7 +35,7 @@ from .api import (
     ReplayDeletion,
 )
 from .cache.transport import APIError, APIStatusError
-from .decision import AdmissionRequest, Decision
+from .decision import Decision
 from .errors import InvalidInput, StateUnavailable
 from .events import object_event
 from .logs import get_logger

@@ -52,8 +52,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from structlog.typing import FilteringBoundLogger
 
-from .admission import parse_review, render_response
-from .decision import AdmissionRequest, Decision, Rule, decide, deny
+from .admission import AdmissionRequest, parse_review, render_response
+from .decision import Decision, Rule, decide, deny
 from .errors import MalformedReview
 from .logs import get_logger
 from .metrics import REJECT_MALFORMED, REJECT_NOT_READY, REJECT_TOO_LARGE, Metrics

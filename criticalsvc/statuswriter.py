@@ -21,8 +21,9 @@ from typing import Any
 
 import structlog
 
+from .admission import AdmissionRequest
 from .api import GROUP, PLURAL, VERSION
-from .decision import AdmissionRequest, Decision
+from .decision import Decision
 from .errors import StateUnavailable
 from .events import EventRecorder
 from .server import StateSource

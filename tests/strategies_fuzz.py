@@ -28,9 +28,8 @@ import attrs
 import orjson
 from hypothesis import strategies as st
 
-from criticalsvc.admission import render_review
+from criticalsvc.admission import AdmissionRequest, render_review
 from criticalsvc.api import GroupResource
-from criticalsvc.decision import AdmissionRequest
 
 API_VERSION = "admission.k8s.io/v1"
 BREAK_GLASS = "criticalsvc.io/break-glass"

@@ -24,6 +24,7 @@ from kubefakes import (
     story_store,
 )
 
+from criticalsvc.admission import AdmissionRequest
 from criticalsvc.api import CRDS, CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef
 from criticalsvc.cache import (
     APIStatusError,
@@ -37,7 +38,7 @@ from criticalsvc.cache import (
 )
 from criticalsvc.cache.discovery import parse_resource_list, sync_mapper
 from criticalsvc.criteria import named_resource
-from criticalsvc.decision import AdmissionRequest, Rule, decide
+from criticalsvc.decision import Rule, decide
 from criticalsvc.errors import InvalidInput, StateUnavailable
 from criticalsvc.restmapper import ResourceType, RESTMapper
 from criticalsvc.sim.kubeconfig import write_kubeconfig

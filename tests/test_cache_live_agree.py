@@ -45,11 +45,11 @@ from strategies_core import (
 )
 from test_properties import delete_review
 
-from criticalsvc.admission import parse_review
+from criticalsvc.admission import AdmissionRequest, parse_review
 from criticalsvc.api import CRD_NAME as CRITICAL_SERVICES_CRD
 from criticalsvc.api import GroupResource, ObjectRef
 from criticalsvc.cache import Backoff, CacheState, KubeTransport
-from criticalsvc.decision import AdmissionRequest, Decision, decide
+from criticalsvc.decision import Decision, decide
 from criticalsvc.live import LiveReader
 from criticalsvc.sim.store import StatusError, Store
 

@@ -4,8 +4,6 @@ gate, and the namespace controller and garbage collector do their part."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.backends import Backend
 from tests.realcluster.teardown import Observer, RetryingDeleter, Story, apply_story
 

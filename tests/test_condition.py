@@ -19,11 +19,11 @@ from kubefakes import RunningStandIn, eventually, running_standin
 from strategies_core import RestrictedCondition, condition_pods, restricted_conditions
 
 from criticalsvc import criteria
-from criticalsvc.admission import parse_review, render_review
+from criticalsvc.admission import AdmissionRequest, parse_review, render_review
 from criticalsvc.api import GroupResource, ObjectRef, parse_critical_service
 from criticalsvc.cache import Backoff, CacheState, KubeTransport
 from criticalsvc.condition import MAX_LENGTH, compile_condition, evaluate_condition
-from criticalsvc.decision import AdmissionRequest, Decision, Rule, decide
+from criticalsvc.decision import Decision, Rule, decide
 from criticalsvc.errors import InvalidSpec
 from criticalsvc.explain import explain, render_text
 from criticalsvc.live import LiveReader

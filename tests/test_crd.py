@@ -29,8 +29,9 @@ import pytest
 import yaml
 
 from criticalsvc import api, install, restmapper
+from criticalsvc.admission import AdmissionRequest
 from criticalsvc.api import NAMESPACES, GroupResource, parse_critical_service
-from criticalsvc.decision import AdmissionRequest, decide
+from criticalsvc.decision import decide
 from criticalsvc.errors import InvalidSpec
 from criticalsvc.graph import service_graph
 from criticalsvc.manifests import Manifest, load_path

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from criticalsvc.admission import parse_review, render_response, render_review
+from criticalsvc.admission import AdmissionRequest, parse_review, render_response, render_review
 from criticalsvc.api import (
     BREAK_GLASS_ANNOTATION,
     CRD_NAME,
@@ -21,7 +21,7 @@ from criticalsvc.api import (
     ObjectRef,
     parse_critical_service,
 )
-from criticalsvc.decision import MESSAGE_LIMIT, WARNING_LIMIT, AdmissionRequest, Decision, Rule, decide
+from criticalsvc.decision import MESSAGE_LIMIT, WARNING_LIMIT, Decision, Rule, decide
 from criticalsvc.errors import StateUnavailable
 from criticalsvc.manifests import Manifest, load_path
 from criticalsvc.objects import KubeObject

@@ -13,10 +13,10 @@ import httpx
 import pytest
 from kubefakes import RunningStandIn, eventually, running_standin, story_objects, story_store
 
-from criticalsvc.admission import parse_review
+from criticalsvc.admission import AdmissionRequest, parse_review
 from criticalsvc.api import NAMESPACES, GroupResource, ObjectRef
 from criticalsvc.cache import Backoff, CacheState, KubeTransport
-from criticalsvc.decision import AdmissionRequest, Rule, allow, decide
+from criticalsvc.decision import Rule, allow, decide
 from criticalsvc.errors import StateUnavailable
 from criticalsvc.live import LiveReader, LiveReadFailed, LiveState
 from criticalsvc.restmapper import RESTMapper

@@ -26,9 +26,9 @@ from strategies_core import (
     service_creates,
 )
 
-from criticalsvc.admission import parse_review, render_review
+from criticalsvc.admission import AdmissionRequest, parse_review, render_review
 from criticalsvc.api import CRITICAL_SERVICES, VERSION, CriticalService, FinalizerCriterion, GroupResource
-from criticalsvc.decision import AdmissionRequest, Decision, Rule, decide
+from criticalsvc.decision import Decision, Rule, decide
 from criticalsvc.manifests import Manifest
 from criticalsvc.snapshot import build_state
 from criticalsvc.state import ClusterState, MemoryState

@@ -22,8 +22,9 @@ from strategies_sim import topologies
 from test_scenarios import bound, describe, run, scaled
 
 from criticalsvc import replay
+from criticalsvc.admission import AdmissionRequest
 from criticalsvc.api import CRITICAL_SERVICES, NAMESPACES, GroupResource, ObjectRef
-from criticalsvc.decision import AdmissionRequest, decide
+from criticalsvc.decision import decide
 from criticalsvc.manifests import Manifest, load_text
 from criticalsvc.sim.cluster import Cluster
 from criticalsvc.sim.replayer import ACTOR, Replayer

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from criticalsvc import criteria
+from criticalsvc.admission import AdmissionRequest
 from criticalsvc.api import CRDS, FinalizerCriterion, GroupResource, ObjectRef, SpecificResourceCriterion
-from criticalsvc.decision import AdmissionRequest, Rule, decide
+from criticalsvc.decision import Rule, decide
 from criticalsvc.manifests import load_path, load_text
 from criticalsvc.restmapper import RESTMapper, guess_resource
 from criticalsvc.snapshot import build_state

@@ -16,8 +16,9 @@ import orjson
 import pytest
 import structlog
 
+from criticalsvc.admission import AdmissionRequest
 from criticalsvc.api import BREAK_GLASS_ANNOTATION, CRDS, GroupResource, ObjectRef
-from criticalsvc.decision import AdmissionRequest, Decision, Rule, deny
+from criticalsvc.decision import Decision, Rule, deny
 from criticalsvc.logs import configure_logging
 from criticalsvc.manifests import load_path
 from criticalsvc.server import StateSource, StaticStateSource, Webhook

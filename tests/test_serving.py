@@ -27,8 +27,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from criticalsvc.admission import AdmissionRequest
 from criticalsvc.api import CRDS, GroupResource, ObjectRef
-from criticalsvc.decision import AdmissionRequest, Decision
+from criticalsvc.decision import Decision
 from criticalsvc.manifests import load_path
 from criticalsvc.server import StaticStateSource, Webhook
 from criticalsvc.serving import Endpoint, Service, TLSFiles

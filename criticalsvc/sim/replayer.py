@@ -16,7 +16,8 @@ from typing import Any
 import attrs
 
 from .. import replay
-from ..decision import AdmissionRequest, Decision
+from ..admission import AdmissionRequest
+from ..decision import Decision
 from .controllers.base import delete_outcome
 from .engine import Engine
 from .store import StatusError, Store, WatchEvent

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ..admission import parse_review, render_response, render_review
+from ..admission import AdmissionRequest, parse_review, render_response, render_review
 from ..api import (
     CRDS,
     CRITICAL_SERVICES,
@@ -50,7 +50,7 @@ from ..api import (
     parse_critical_service,
 )
 from ..criteria import conditioned_criteria, project_for
-from ..decision import AdmissionRequest, Decision, decide
+from ..decision import Decision, decide
 from ..errors import CriticalsvcError, InvalidInput
 from ..restmapper import ResourceType, RESTMapper, guess_resource, resource_type_from_crd
 from ..state import MemoryState
