@@ -3,7 +3,8 @@
     transport.py   GET / watch-stream over `kubernetes.aio` (auth, TLS), errors as APIError
     discovery.py   the API server's discovery documents -> the RESTMapper
     reflector.py   list-then-watch of one group/resource into a sink (410 -> relist, backoff)
-    manager.py     CacheState: discovery + one reflector per needed resource = a ClusterState
+    served.py      ServedTypes: the discovery loop plus established CRDs, kept in the RESTMapper
+    manager.py     CacheState: served types + one reflector per needed resource = a ClusterState
 
 Fresh reads for confirming an ALLOW live next door, in criticalsvc.live (they share the transport).
 """

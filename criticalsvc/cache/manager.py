@@ -17,11 +17,10 @@ moves one to another namespace), its reflector is replaced: the fresh LIST evalu
 new set on every object, and until it has synced the decisions that need the type are refused, as
 for any syncing type - never decided on objects whose outcome is unknown.
 
-What is served. The mapper starts empty and holds what discovery reports plus every established
-CRD in the CRD cache (the CRD watch learns a new type the moment it is established, before the next
-discovery read; a CRD change also triggers a discovery refresh). A name that does not resolve is a
-type that is not served, so its criteria hold; when its CRD appears the type resolves, the
-reconciliation starts its reflector, and the criterion starts counting objects.
+What is served. The mapper holds what the served types (served.py: the discovery loop plus the
+established CRDs) say. A name that does not resolve is a type that is not served, so its criteria
+hold; when its CRD appears the type resolves, the reconciliation starts its reflector, and the
+criterion starts counting objects.
 
 When the state answers. Every question raises StateUnavailable (the decision then denies, the server
 answers 503 before `ready`) while:
@@ -72,9 +71,10 @@ from ..objects import KubeObject, project
 from ..restmapper import ResourceType, RESTMapper, resource_type_from_crd
 from ..state import ClusterState, MemoryState
 from .discovery import TIMEOUT as DISCOVERY_TIMEOUT
-from .discovery import DiscoveryResult, discover, sync_mapper
+from .discovery import DiscoveryResult
 from .reflector import DEFAULT_BACKOFF, WATCH_SECONDS, Reflector
-from .transport import APIError, Transport
+from .served import DISCOVERY_INTERVAL, ServedTypes
+from .transport import Transport
 
 log = structlog.get_logger("criticalsvc.cache")
 
@@ -88,9 +88,6 @@ UNWATCH_AFTER = 300.0
 # The label of deploy/base/rbac.yaml's aggregated reader role: what an operator adds to let the gate
 # read a type a criterion names.
 READER_AGGREGATION_LABEL = "criticalsvc.io/aggregate-to-reader"
-# Aggregated APIs appear and vanish without a CRD event; 5 min bounds how long such a change goes
-# unseen (kubectl's discovery cache lives 6 h; we can afford to be much fresher).
-DISCOVERY_INTERVAL = 300.0
 # Resources whose specs the state needs (parse_critical_service, resource_type_from_crd); all other
 # resources are mirrored from metadata only.
 _FULL_OBJECTS = frozenset({CRITICAL_SERVICES, CRDS})
@@ -152,6 +149,9 @@ class CacheState:
         self.on_watch_restart = on_watch_restart
         self.rng = rng or random.Random()
         self.memory = MemoryState(RESTMapper(()))
+        self.served = ServedTypes(transport, self.memory.mapper, backoff=backoff, interval=discovery_interval,
+                                  timeout=discovery_timeout, rng=self.rng, on_change=self._reconcile,
+                                  on_discovered=self._notify)
         self._reflectors: dict[GroupResource, Reflector] = {}
         # The criteria with conditions each reflector's objects are evaluated for (see "Conditions" above).
         self._conditioned: dict[GroupResource, frozenset[Criterion]] = {}
@@ -159,16 +159,9 @@ class CacheState:
         self._unneeded_since: dict[GroupResource, float] = {}
         # Set the first time every cache has synced; see `ready`.
         self._was_ready = False
-        self._discovered: DiscoveryResult | None = None
-        self._crd_types: dict[str, ResourceType] = {}
         self._restarts: Counter[str] = Counter()
         self._changed = asyncio.Event()
-        self._refresh = asyncio.Event()
-        self._discovery_task: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
-        self._discovering = False
-        self.discovery_error: str | None = None
-        self.discoveries = 0
 
     # --- lifecycle ------------------------------------------------------------------------------------
     @property
@@ -182,18 +175,11 @@ class CacheState:
 
     async def start(self) -> None:
         """Begin discovery and the watches; returns at once (poll `ready` or `await wait_ready()`)."""
-        if self._discovery_task is None:
-            self._discovery_task = asyncio.get_running_loop().create_task(self._discovery_loop(),
-                                                                           name="discovery")
+        self.served.start()
 
     async def stop(self) -> None:
         """Stop every watch and the discovery loop; from then on the state answers nothing."""
-        self._discovered = None  # first: no question is answered from a store nobody keeps current
-        task, self._discovery_task = self._discovery_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self.served.stop()
         reflectors = list(self._reflectors.values())
         self._reflectors.clear()
         await asyncio.gather(*(r.stop() for r in reflectors), *self._stopping, return_exceptions=True)
@@ -217,7 +203,7 @@ class CacheState:
         would fail unrelated DELETEs and CREATEs cluster-wide ("failed calling webhook": measured on a
         real control plane, 27 such failures in a 2-minute create/teardown soak).
         """
-        if self._discovered is None or self._discovery_task is None:
+        if self.served.discovered is None or not self.served.running:
             return False
         considered = ALWAYS_WATCHED if self._was_ready else tuple(self._reflectors)
         ready = all((r := self._reflectors.get(gr)) is not None and
@@ -232,8 +218,8 @@ class CacheState:
 
     def unsynced(self) -> list[str]:
         """What keeps the state from being ready, for /readyz and logs."""
-        if self._discovered is None:
-            return [f"discovery ({self.discovery_error})" if self.discovery_error else "discovery"]
+        if self.served.discovered is None:
+            return [f"discovery ({self.served.error})" if self.served.error else "discovery"]
         return sorted(str(gr) for gr, r in self._reflectors.items() if not r.synced.is_set())
 
     async def wait_ready(self, timeout: float | None = None) -> bool:
@@ -245,7 +231,7 @@ class CacheState:
             if remaining is not None and remaining <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):  # not wait_for: see _discovery_loop
+                async with asyncio.timeout(remaining):  # not wait_for: see ServedTypes._loop
                     await self._changed.wait()
         return True
 
@@ -265,56 +251,22 @@ class CacheState:
         return self._reflectors.get(gr)
 
     # --- discovery ------------------------------------------------------------------------------------
-    async def _discovery_loop(self) -> None:
-        failures = 0
-        while True:
-            self._refresh.clear()
-            self._discovering = True
-            try:
-                result = await discover(self.transport, timeout=self.discovery_timeout)
-            except Exception as exc:  # APIError, or a bug: either way discovery is retried, never abandoned
-                failures += 1
-                self.discovery_error = str(exc)
-                if isinstance(exc, APIError):
-                    log.warning("discovery failed", error=str(exc), failures=failures)
-                else:
-                    log.exception("discovery failed", failures=failures)
-                wait = self.backoff.delay(failures, self.rng)
-            else:
-                failures = 0
-                self.discovery_error = None
-                if result.failed_groups:
-                    log.warning("discovery incomplete", failed_groups=sorted(result.failed_groups))
-                self._discovered = result
-                self.discoveries += 1
-                self._types_changed()
-                self._notify()
-                # Retry a partial discovery soon; a complete one only on CRD changes or the interval.
-                wait = self.backoff.delay(1, self.rng) * 10 if result.failed_groups else self.discovery_interval
-            finally:
-                self._discovering = False
-            # Not asyncio.wait_for: on Python 3.11 it swallows a cancel() that arrives in the same loop
-            # iteration as the event (a CRD change right after sync does that), and stop() then waits
-            # on this task for the whole discovery interval. asyncio.timeout() re-raises the cancel.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await self._refresh.wait()
-
     def refresh_discovery(self) -> None:
         """Read discovery again soon (CRD changes call this)."""
-        self._refresh.set()
+        self.served.refresh()
 
     @property
     def discovery_pending(self) -> bool:
         """A discovery read is running or asked for (the mapper may be about to change)."""
-        return self._discovering or self._refresh.is_set()
+        return self.served.pending
 
-    def _types_changed(self) -> None:
-        discovered = self._discovered.types if self._discovered is not None else ()
-        # Discovery is the authority on what is served and in which version; established CRDs only fill
-        # the gap until discovery has caught up with them.
-        sync_mapper(self.mapper, [*discovered, *self._crd_types.values()])
-        self._reconcile()
+    @property
+    def discovery_error(self) -> str | None:
+        return self.served.error
+
+    @property
+    def discoveries(self) -> int:
+        return self.served.discoveries
 
     # --- which resources are watched -------------------------------------------------------------------
     def _needed(self) -> dict[GroupResource, ResourceType]:
@@ -330,7 +282,7 @@ class CacheState:
         return needed
 
     def _reconcile(self) -> None:
-        if self._discovered is None or self._discovery_task is None:
+        if self.served.discovered is None or not self.served.running:
             return
         needed = self._needed()
         conditioned = criteria.conditioned_criteria(self.memory.critical_services(), self.memory)
@@ -378,7 +330,7 @@ class CacheState:
             for cs in list(self.memory.critical_services()):
                 self.memory.remove_critical_service(cs.name)
         if gr == CRDS:
-            self._crd_types.clear()
+            self.served.crds_unknown()
         self._notify()
 
     def _on_restart(self, gr: GroupResource, why: str) -> None:
@@ -404,10 +356,7 @@ class CacheState:
                 if ("", cs.name) not in keep:
                     self.memory.remove_critical_service(cs.name)
         if gr == CRDS:
-            names = {name for _ns, name in keep}
-            for name in list(self._crd_types):
-                if name not in names:
-                    del self._crd_types[name]
+            self.served.crds_kept(name for _ns, name in keep)
         self._after_change(gr)
 
     def _upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> KubeObject | None:
@@ -423,11 +372,7 @@ class CacheState:
         if gr == CRITICAL_SERVICES:
             self._upsert_service(obj, slim)
         elif gr == CRDS:
-            t = resource_type_from_crd(obj) if _established(obj) else None
-            if t is not None:
-                self._crd_types[slim.name] = t
-            else:
-                self._crd_types.pop(slim.name, None)
+            self.served.crd_established(slim.name, resource_type_from_crd(obj) if _established(obj) else None)
         return slim
 
     def _log_condition_errors(self, slim: KubeObject) -> None:
@@ -470,20 +415,20 @@ class CacheState:
         if ref.group_resource == CRITICAL_SERVICES:
             self.memory.remove_critical_service(ref.name)
         elif ref.group_resource == CRDS:
-            self._crd_types.pop(ref.name, None)
+            self.served.crd_established(ref.name, None)
 
     def _after_change(self, gr: GroupResource) -> None:
         if gr == CRDS:
-            self._types_changed()
-            self.refresh_discovery()
+            self.served.sync()  # the mapper may serve another set of types, and the watch set follows
+            self.served.refresh()
         elif gr == CRITICAL_SERVICES:
             self._reconcile()
 
     # --- ClusterState ---------------------------------------------------------------------------------
     def _require_discovery(self) -> DiscoveryResult:
-        if self._discovered is None:
+        if self.served.discovered is None:
             raise StateUnavailable("API discovery has not completed yet")
-        return self._discovered
+        return self.served.discovered
 
     def _require(self, gr: GroupResource) -> None:
         self._require_discovery()
