@@ -4,7 +4,8 @@
     discovery.py   the API server's discovery documents -> the RESTMapper
     reflector.py   list-then-watch of one group/resource into a sink (410 -> relist, backoff)
     served.py      ServedTypes: the discovery loop plus established CRDs, kept in the RESTMapper
-    manager.py     CacheState: served types + one reflector per needed resource = a ClusterState
+    watchset.py    WatchSet: one reflector per needed resource, its events applied to a MemoryState
+    manager.py     CacheState: served types + the watch set = a ClusterState
 
 Fresh reads for confirming an ALLOW live next door, in criticalsvc.live (they share the transport).
 """
