@@ -5,7 +5,8 @@
     reflector.py   list-then-watch of one group/resource into a sink (410 -> relist, backoff)
     served.py      ServedTypes: the discovery loop plus established CRDs, kept in the RESTMapper
     watchset.py    WatchSet: one reflector per needed resource, its events applied to a MemoryState
-    manager.py     CacheState: served types + the watch set = a ClusterState
+    guarded.py     GuardedState: that MemoryState as a ClusterState, refusing what has not synced
+    manager.py     CacheState: the three composed, with readiness, for the server and the CLI
 
 Fresh reads for confirming an ALLOW live next door, in criticalsvc.live (they share the transport).
 """

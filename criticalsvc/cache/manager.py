@@ -1,22 +1,14 @@
-"""CacheState: the live service's ClusterState, composed of the served types and the watch set.
+"""CacheState: the live service's ClusterState, composed of the served types, the watch set and the
+guarded state.
 
     served.py    ServedTypes: the discovery loop and the established CRDs -> the RESTMapper
     watchset.py  WatchSet: one reflector per type some CriticalService names (plus the always-watched
                  ones), its events projected into one MemoryState
+    guarded.py   GuardedState: that MemoryState as a ClusterState, refusing what is not synced yet
 
 They are wired here, one way each: discovery changing the mapper makes the watch set reconcile; the
-watch set reports established CRDs to the served types and asks them to rediscover. Both wake
-`wait_ready`.
-
-When the state answers. Every question raises StateUnavailable (the decision then denies, the server
-answers 503 before `ready`) while:
-  * discovery has not completed once, or the name's API group failed discovery;
-  * the resource asked about is needed but its reflector has not finished its first LIST.
-A resource that no CriticalService names is answered from an empty store: no criterion can be about
-it. The only such questions are an old-style DELETE without oldObject (nothing protects an object
-no CriticalService names) and the cycle check of a CriticalService being created, whose provider's
-type may not be watched yet: the check then sees that provider without labels, so a self-loop made
-only by a label selector matching the provider's own labels is caught at the next update instead.
+watch set reports established CRDs to the served types and asks them to rediscover; the guarded state
+reads both to decide whether it may answer. Both discovery and the watch set wake `wait_ready`.
 
 `ready` is true once discovery has completed and every needed reflector has synced; after that it
 stays true while discovery and the always-watched caches answer. A newly named resource that is still
@@ -28,10 +20,6 @@ nobody had granted and for a new CriticalService's types). The refused decisions
 the resource (and the missing grant). The object shape fits the server's StateSource (`ready`, `state`,
 `unsynced()`, `counts()`) and the status writer's; `watch_restarts`
 and `on_watch_restart` feed criticalsvc_watch_restarts_total.
-
-Concurrency. Everything runs in one asyncio event loop: reflectors apply events synchronously
-between awaits, and `decide` is synchronous, so a decision always sees one consistent moment of the
-caches without locks.
 """
 
 from __future__ import annotations
@@ -42,26 +30,19 @@ import random
 import time
 from collections.abc import Callable, Collection
 
-import attrs
-
-from ..api import CRITICAL_SERVICES, CriticalService, GroupResource, ObjectRef
+from ..api import CriticalService, GroupResource, ObjectRef
 from ..backoff import Backoff
 from ..condition import Condition
-from ..errors import StateUnavailable
 from ..labels import LabelSelector
 from ..objects import KubeObject
 from ..restmapper import RESTMapper
 from ..state import ClusterState, MemoryState
 from .discovery import TIMEOUT as DISCOVERY_TIMEOUT
-from .discovery import DiscoveryResult
+from .guarded import GuardedState
 from .reflector import DEFAULT_BACKOFF, WATCH_SECONDS, Reflector
 from .served import DISCOVERY_INTERVAL, ServedTypes
 from .transport import Transport
 from .watchset import ALWAYS_WATCHED, UNWATCH_AFTER, WatchSet
-
-# The label of deploy/base/rbac.yaml's aggregated reader role: what an operator adds to let the gate
-# read a type a criterion names.
-READER_AGGREGATION_LABEL = "criticalsvc.io/aggregate-to-reader"
 
 
 class CacheState:
@@ -90,6 +71,7 @@ class CacheState:
         self.watches = WatchSet(transport, self.memory, self.served, backoff=backoff, watch_seconds=watch_seconds,
                                 metadata_only=metadata_only, unwatch_after=unwatch_after, rng=self.rng,
                                 notify=self._notify, on_watch_restart=on_watch_restart)
+        self.guarded = GuardedState(self.memory, self.served, self.watches)
         # Set the first time every cache has synced; see `ready`.
         self._was_ready = False
         self._changed = asyncio.Event()
@@ -97,8 +79,8 @@ class CacheState:
     # --- lifecycle ------------------------------------------------------------------------------------
     @property
     def state(self) -> ClusterState:
-        """The ClusterState to decide on (this object; the name fits the server's state-source protocol)."""
-        return self
+        """The ClusterState to decide on (the name fits the server's state-source protocol)."""
+        return self.guarded
 
     @property
     def mapper(self) -> RESTMapper:
@@ -127,7 +109,7 @@ class CacheState:
 
         A type that a new CriticalService names starts a cache of its own, which syncs for a moment (or
         for long, when it cannot be listed): meanwhile only the decisions that need it are refused
-        (`_require`: StateUnavailable -> a DENY naming it). Were readiness to drop instead, every replica
+        (GuardedState: StateUnavailable -> a DENY naming it). Were readiness to drop instead, every replica
         would see the same new CriticalService at once and answer 503 to every review, so the API server
         would fail unrelated DELETEs and CREATEs cluster-wide ("failed calling webhook": measured on a
         real control plane, 27 such failures in a 2-minute create/teardown soak).
@@ -203,57 +185,29 @@ class CacheState:
     def discoveries(self) -> int:
         return self.served.discoveries
 
-    # --- ClusterState ---------------------------------------------------------------------------------
-    def _require_discovery(self) -> DiscoveryResult:
-        if self.served.discovered is None:
-            raise StateUnavailable("API discovery has not completed yet")
-        return self.served.discovered
-
-    def _require(self, gr: GroupResource) -> None:
-        self._require_discovery()
-        reflector = self.watches.reflector(gr)
-        if reflector is not None and not reflector.synced.is_set():
-            if reflector.forbidden:
-                raise StateUnavailable(f"the gate may not list {gr} (403 Forbidden): grant it get/list/watch with a "
-                                       f"ClusterRole labelled {READER_AGGREGATION_LABEL}=\"true\"")
-            why = f" (last error: {reflector.last_error})" if reflector.last_error else ""
-            raise StateUnavailable(f"the {gr} cache has not synced yet{why}")
-
+    # --- ClusterState: the guarded state's answers ---------------------------------------------------------
     def resolve(self, gr: GroupResource) -> GroupResource | None:
-        discovered = self._require_discovery()
-        hit = self.mapper.resolve(gr)
-        if hit is None and gr.group in discovered.failed_groups:
-            raise StateUnavailable(f"discovery of API group {gr.group} failed, so whether {gr} is served is "
-                                   "unknown")
-        return hit
+        return self.guarded.resolve(gr)
 
     def get(self, ref: ObjectRef) -> KubeObject | None:
-        gr = self.resolve(ref.group_resource) or ref.group_resource
-        self._require(gr)
-        return self.memory.get(attrs.evolve(ref, group_resource=gr))
+        return self.guarded.get(ref)
 
     def with_finalizer(self, gr: GroupResource, finalizer: str, *,
                        condition: Condition | None = None) -> Collection[KubeObject]:
-        self._require(gr)
-        return self.memory.with_finalizer(gr, finalizer, condition=condition)
+        return self.guarded.with_finalizer(gr, finalizer, condition=condition)
 
     def select(self, gr: GroupResource, *, namespace: str | None, selector: LabelSelector | None,
                condition: Condition | None = None) -> Collection[KubeObject]:
-        self._require(gr)
-        return self.memory.select(gr, namespace=namespace, selector=selector, condition=condition)
+        return self.guarded.select(gr, namespace=namespace, selector=selector, condition=condition)
 
     def critical_services(self) -> Collection[CriticalService]:
-        self._require(CRITICAL_SERVICES)
-        return self.memory.critical_services()
+        return self.guarded.critical_services()
 
     def protecting(self, provider: ObjectRef) -> Collection[CriticalService]:
-        self._require(CRITICAL_SERVICES)
-        return self.memory.protecting(provider)
+        return self.guarded.protecting(provider)
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
-        self._require(CRITICAL_SERVICES)
-        return self.memory.hosted_in(namespace)
-
+        return self.guarded.hosted_in(namespace)
 
 
 __all__ = ["ALWAYS_WATCHED", "DISCOVERY_INTERVAL", "CacheState"]

@@ -8,8 +8,8 @@ what is served and in which version; established CRDs only fill the gap until it
 Discovery is read when `start()`ed, again soon after a CRD change (`refresh`), after a partial
 answer (a group failed: its types are unknown, not absent), and otherwise every `interval`, because
 aggregated APIs appear and vanish without a CRD event. A failed read is retried with backoff, never
-abandoned. Until the first read has succeeded, `discovered` is None and the cache state answers
-nothing (manager.py).
+abandoned. Until the first read has succeeded, `discovered` is None and the guarded state answers
+nothing (guarded.py).
 
 Whenever the mapper may have changed, `on_change` runs (the watch set reconciles); after each
 successful read `on_discovered` runs as well (the cache wakes whoever waits for readiness).

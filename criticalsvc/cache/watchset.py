@@ -16,7 +16,7 @@ are kept (criticalsvc/criteria.py `project_for`, criticalsvc/objects.py), so dec
 CEL. When the conditioned criteria on a type change (a CriticalService adds, edits or drops one, or
 moves one to another namespace), its reflector is replaced: the fresh LIST evaluates the
 new set on every object, and until it has synced the decisions that need the type are refused, as
-for any syncing type (manager.py) - never decided on objects whose outcome is unknown.
+for any syncing type (guarded.py) - never decided on objects whose outcome is unknown.
 
 Events. Each reflector writes through its own sink into the shared MemoryState: objects are projected
 to their slim form, CriticalServices are parsed, and established CRDs are reported to the served
