@@ -21,7 +21,7 @@ reported in `failed_groups` rather than dropped silently: the state then refuses
 group (StateUnavailable) instead of calling its types "not served".
 
 Discovery is re-read when CustomResourceDefinitions change and periodically (aggregated APIs come
-and go without a CRD event); the manager owns that schedule.
+and go without a CRD event); ServedTypes (served.py) owns that schedule.
 """
 
 from __future__ import annotations

@@ -220,7 +220,7 @@ class Store:
 
     def _reevaluate(self) -> None:
         """Project again the objects of every type whose conditions changed: the gate's caches re-list
-        such a type (criticalsvc/cache/manager.py), and the simulated state must not lag them."""
+        such a type (criticalsvc/cache/watchset.py), and the simulated state must not lag them."""
         before = self._conditions
         self._conditions = None
         for gr in {*(before or {}), *self._conditions_by_type()}:

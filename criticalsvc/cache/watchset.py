@@ -1,0 +1,290 @@
+"""WatchSet: which types the cache watches and how, and what their events do to the memory state.
+
+What is watched. Always: CriticalServices, Namespaces and CustomResourceDefinitions. Besides, every
+group/resource that some CriticalService names — its provider's, and each criterion's — once it
+resolves (plural, singular, short name or Kind) through the mapper (served.py). A resource gets its
+reflector when the first CriticalService names it and loses it (and its objects) `unwatch_after`
+seconds after the last one stopped naming it; the set is recomputed whenever a CriticalService or the
+mapper changes, synchronously in the event handler, so a decision never sees a CriticalService whose
+resources are not at least registered as "needed". A type that is not served any more, or is wanted in
+another version or scope, loses its reflector at once.
+
+Conditions. A type that a criterion's condition (criticalsvc/condition.py) is about is watched with
+whole objects, not metadata only, because a condition reads spec and status; as an object enters the
+cache, the conditions of the criteria it is a candidate of are evaluated on it and only their outcomes
+are kept (criticalsvc/criteria.py `project_for`, criticalsvc/objects.py), so decisions evaluate no
+CEL. When the conditioned criteria on a type change (a CriticalService adds, edits or drops one, or
+moves one to another namespace), its reflector is replaced: the fresh LIST evaluates the
+new set on every object, and until it has synced the decisions that need the type are refused, as
+for any syncing type (guarded.py) - never decided on objects whose outcome is unknown.
+
+Events. Each reflector writes through its own sink into the shared MemoryState: objects are projected
+to their slim form, CriticalServices are parsed, and established CRDs are reported to the served
+types (which refresh the mapper and ask discovery to look again). A sink whose reflector was replaced
+or dropped ignores what that reflector still had in hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from .. import criteria
+from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, Criterion, GroupResource, ObjectRef
+from ..backoff import Backoff
+from ..errors import InvalidInput
+from ..objects import KubeObject, project
+from ..restmapper import ResourceType, resource_type_from_crd
+from ..state import MemoryState
+from .reflector import Reflector
+from .served import ServedTypes
+from .transport import Transport
+
+log = structlog.get_logger("criticalsvc.cache")
+
+ALWAYS_WATCHED = (CRITICAL_SERVICES, NAMESPACES, CRDS)
+# How long a cache stays after the last CriticalService naming its type went. Stacks are created and
+# torn down again and again (a CI namespace per run, GitOps previews): dropping the watch at once and
+# starting it again with the next stack made every such CriticalService's first decisions - its own
+# CREATE's cycle check among them - wait for a fresh LIST, and refused them meanwhile (measured on a
+# real control plane: 382 watch restarts of deployments.apps in a 2-minute create/teardown soak).
+UNWATCH_AFTER = 300.0
+# Resources whose specs the state needs (parse_critical_service, resource_type_from_crd); all other
+# resources are mirrored from metadata only.
+_FULL_OBJECTS = frozenset({CRITICAL_SERVICES, CRDS})
+
+
+def _established(crd: Mapping[str, Any]) -> bool:
+    status = crd.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    return any(isinstance(c, Mapping) and c.get("type") == "Established" and c.get("status") == "True"
+               for c in conditions or [])
+
+
+def _watch_key(t: ResourceType) -> tuple[str, str, str, bool]:
+    # What a reflector's requests depend on; a new short name or singular must not restart a watch.
+    return (t.group, t.version, t.plural, t.namespaced)
+
+
+class _StoreSink:
+    """Applies one reflector's events to the shared MemoryState; ignores a reflector that was replaced."""
+
+    def __init__(self, owner: WatchSet) -> None:
+        self.owner = owner
+        self.reflector: Reflector | None = None  # set once the reflector exists
+
+    def _current(self, gr: GroupResource) -> bool:
+        # A dropped reflector may still deliver what it had in hand when it was cancelled.
+        return self.reflector is not None and self.owner.reflector(gr) is self.reflector
+
+    def replace(self, gr: GroupResource, items: Sequence[Mapping[str, Any]]) -> None:
+        if self._current(gr):
+            self.owner._replace(gr, items)
+
+    def upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
+        if self._current(gr):
+            self.owner._upsert(gr, obj)
+            self.owner._after_change(gr)
+
+    def delete(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
+        if self._current(gr):
+            self.owner._delete(gr, obj)
+            self.owner._after_change(gr)
+
+
+class WatchSet:
+    """One reflector per needed type, mirrored into `memory`; `reconcile()` whenever the need may change."""
+
+    def __init__(self, transport: Transport, memory: MemoryState, served: ServedTypes, *, backoff: Backoff,
+                 watch_seconds: tuple[int, int], metadata_only: bool, unwatch_after: float,
+                 rng: random.Random, notify: Callable[[], None],
+                 on_watch_restart: Callable[[str], None] | None = None) -> None:
+        self.transport = transport
+        self.memory = memory
+        self.served = served
+        self.backoff = backoff
+        self.watch_seconds = watch_seconds
+        self.metadata_only = metadata_only
+        self.unwatch_after = unwatch_after
+        self.rng = rng
+        self.notify = notify  # the set of reflectors, or whether one has synced, changed
+        self.on_watch_restart = on_watch_restart
+        self.reflectors: dict[GroupResource, Reflector] = {}
+        # The criteria with conditions each reflector's objects are evaluated for (see "Conditions" above).
+        self._conditioned: dict[GroupResource, frozenset[Criterion]] = {}
+        # Watched types no CriticalService names any more, since when (monotonic); dropped after unwatch_after.
+        self._unneeded_since: dict[GroupResource, float] = {}
+        self.restarts: Counter[str] = Counter()
+        self._stopping: set[asyncio.Task[None]] = set()
+
+    def reflector(self, gr: GroupResource) -> Reflector | None:
+        return self.reflectors.get(gr)
+
+    async def stop(self) -> None:
+        """Stop every reflector, those being dropped included."""
+        reflectors = list(self.reflectors.values())
+        self.reflectors.clear()
+        await asyncio.gather(*(r.stop() for r in reflectors), *self._stopping, return_exceptions=True)
+
+    # --- which resources are watched -------------------------------------------------------------------
+    def _needed(self) -> dict[GroupResource, ResourceType]:
+        named: list[GroupResource] = list(ALWAYS_WATCHED)
+        for cs in self.memory.critical_services():
+            named.append(cs.provider.group_resource)
+            named.extend(criteria.named_resource(c) for c in cs.criteria)
+        needed: dict[GroupResource, ResourceType] = {}
+        for gr in named:
+            t = self.memory.mapper.lookup(gr)
+            if t is not None:
+                needed.setdefault(t.group_resource, t)
+        return needed
+
+    def reconcile(self) -> None:
+        """Start, replace and drop reflectors to match what the CriticalServices name now."""
+        if self.served.discovered is None or not self.served.running:
+            return
+        needed = self._needed()
+        conditioned = criteria.conditioned_criteria(self.memory.critical_services(), self.memory)
+        now = time.monotonic()
+        for gr, reflector in list(self.reflectors.items()):
+            same_conditions = self._conditioned.get(gr, frozenset()) == conditioned.get(gr, frozenset())
+            if gr in needed and _watch_key(needed[gr]) == _watch_key(reflector.resource) and same_conditions:
+                self._unneeded_since.pop(gr, None)
+            elif gr in needed or self.memory.mapper.lookup(gr) is None:
+                self._drop(gr)  # another version or scope is wanted, or the type is no longer served
+            elif now - self._unneeded_since.setdefault(gr, now) >= self.unwatch_after:
+                self._drop(gr)
+            elif self._unneeded_since[gr] == now:  # newly unneeded: look again when its time is up
+                asyncio.get_running_loop().call_later(self.unwatch_after, self.reconcile)
+        for gr, t in needed.items():
+            if gr not in self.reflectors:
+                self._watch(t, conditioned.get(gr, frozenset()))
+
+    def _watch(self, t: ResourceType, conditioned: frozenset[Criterion]) -> None:
+        gr = t.group_resource
+        sink = _StoreSink(self)
+        self._conditioned[gr] = conditioned
+        reflector = Reflector(transport=self.transport, resource=t, sink=sink,
+                              metadata_only=self.metadata_only and gr not in _FULL_OBJECTS and not conditioned,
+                              backoff=self.backoff,
+                              watch_seconds=self.watch_seconds, on_restart=self._on_restart,
+                              on_synced=lambda _gr: self.notify(), rng=random.Random(self.rng.random()))
+        sink.reflector = reflector
+        self.reflectors[gr] = reflector
+        log.info("watching", resource=str(gr), version=t.version,
+                 conditions=sorted({str(c.condition) for c in conditioned}) or None)
+        reflector.start()
+        self.notify()
+
+    def _drop(self, gr: GroupResource) -> None:
+        reflector = self.reflectors.pop(gr)
+        self._conditioned.pop(gr, None)
+        self._unneeded_since.pop(gr, None)
+        log.info("no longer watching", resource=str(gr))
+        task = asyncio.get_running_loop().create_task(reflector.stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+        self.memory.clear_resource(gr)
+        if gr == CRITICAL_SERVICES:
+            for cs in list(self.memory.critical_services()):
+                self.memory.remove_critical_service(cs.name)
+        if gr == CRDS:
+            self.served.crds_unknown()
+        self.notify()
+
+    def _on_restart(self, gr: GroupResource, why: str) -> None:
+        self.restarts[str(gr)] += 1
+        if self.on_watch_restart is not None:
+            self.on_watch_restart(str(gr))
+
+    # --- applying events ------------------------------------------------------------------------------
+    def _replace(self, gr: GroupResource, items: Sequence[Mapping[str, Any]]) -> None:
+        keep: set[tuple[str, str]] = set()
+        for obj in items:
+            kept = self._upsert(gr, obj)
+            if kept is not None:
+                keep.add((kept.namespace, kept.name))
+        for old in list(self.memory.objects(gr)):
+            if (old.namespace, old.name) not in keep:
+                self._forget(old.ref)
+        if gr == CRITICAL_SERVICES:
+            for cs in list(self.memory.critical_services()):
+                if ("", cs.name) not in keep:
+                    self.memory.remove_critical_service(cs.name)
+        if gr == CRDS:
+            self.served.crds_kept(name for _ns, name in keep)
+        self._after_change(gr)
+
+    def _upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> KubeObject | None:
+        conditioned = self._conditioned.get(gr, frozenset())
+        try:
+            slim = criteria.project_for(obj, gr, conditioned) if conditioned else project(obj, gr)
+        except InvalidInput as exc:
+            log.warning("object ignored", resource=str(gr), error=str(exc))
+            return None
+        if slim.outcomes:
+            self._log_condition_errors(slim)
+        self.memory.upsert(slim)
+        if gr == CRITICAL_SERVICES:
+            self._upsert_service(obj, slim)
+        elif gr == CRDS:
+            self.served.crd_established(slim.name, resource_type_from_crd(obj) if _established(obj) else None)
+        return slim
+
+    def _log_condition_errors(self, slim: KubeObject) -> None:
+        # Once per change of outcome, not per event: a pod's status changes every few seconds.
+        old = self.memory.get(slim.ref)
+        for condition, outcome in zip(slim.outcomes[::2], slim.outcomes[1::2], strict=True):
+            before = dict(zip(old.outcomes[::2], old.outcomes[1::2], strict=True)).get(condition) if old else None
+            if isinstance(outcome, str) and outcome != before:
+                log.warning("condition could not be evaluated; the object counts as blocking",
+                            resource=str(slim.group_resource), object=slim.key, condition=condition, error=outcome)
+
+    def _upsert_service(self, obj: Mapping[str, Any], slim: KubeObject) -> None:
+        from ..api import parse_critical_service
+
+        try:
+            cs = parse_critical_service(obj, lenient_conditions=True)
+        except InvalidInput as exc:
+            # The CRD schema and the webhook reject such specs; one that slipped past protects nothing.
+            log.warning("CriticalService ignored", critical_service=slim.name, error=str(exc))
+            self.memory.remove_critical_service(slim.name)
+            return
+        for c in cs.criteria:
+            if c.condition is not None and c.condition.error is not None:
+                # Only the webhook can refuse such a spec (the CRD schema cannot compile CEL); one written
+                # while it was absent keeps protecting, every object of the criterion counting.
+                log.warning("condition does not compile; every object of its criterion counts as blocking",
+                            critical_service=cs.name, error=c.condition.error)
+        self.memory.upsert_critical_service(cs)
+
+    def _delete(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
+        metadata: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
+        name = metadata.get("name")
+        if not isinstance(name, str):
+            return
+        namespace = metadata.get("namespace") or ""
+        self._forget(ObjectRef(gr, str(namespace), name))
+
+    def _forget(self, ref: ObjectRef) -> None:
+        self.memory.remove(ref)
+        if ref.group_resource == CRITICAL_SERVICES:
+            self.memory.remove_critical_service(ref.name)
+        elif ref.group_resource == CRDS:
+            self.served.crd_established(ref.name, None)
+
+    def _after_change(self, gr: GroupResource) -> None:
+        if gr == CRDS:
+            self.served.sync()  # the mapper may serve another set of types, and the watch set follows
+            self.served.refresh()
+        elif gr == CRITICAL_SERVICES:
+            self.reconcile()
+
+
+__all__ = ["ALWAYS_WATCHED", "UNWATCH_AFTER", "WatchSet"]
