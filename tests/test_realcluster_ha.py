@@ -233,3 +233,38 @@ def test_serving_certificate_rotated_on_every_replica_under_load_fails_no_admiss
     _assert_no_failed_call(stream, held, calls)
     assert reloads == {g.process.name: 1 for g in replicas}, f"reloads ok {reloads}, failed {failed}"
     assert all(g.served_certificate(ca) == new for g in replicas)
+
+
+def test_leader_killed_after_a_refused_pass_the_new_leader_replays(ha: RealCluster) -> None:
+    """Replays follow the Lease: one `kubectl delete -f` pass with replay on, the leader killed (kill -9) as soon
+    as the three refused deletions are recorded; the other replica takes the Lease, finds the intents and replays
+    them - everything goes, in the safe order, the new leader counting the replays."""
+    from tests.backends import RealBackend
+    from tests.test_clusters_replay import intents, replay_granted, with_replay
+
+    cluster = RealBackend(ha)
+    wait_for(lambda: _holder(ha) != "" and all(g.ready() for g in ha.gate.replicas), timeout=60,
+             what="a leader and both replicas ready")
+    story = with_replay(Story.make("leaderreplay"))
+    leader = _holder(ha)
+    victim = next(g for g in ha.gate.replicas if g.process.name == leader)
+    with replay_granted(cluster):
+        apply_story(ha.kubectl, ha.admin, story)
+        observer = Observer(ha.admin, story.paths())
+        with cluster.finalizer_controller(story):
+            observer.start()
+            try:
+                once = ha.kubectl("delete", "-f", "-", "--wait=false", input=story.text)
+                assert once.returncode == 1, once
+                wait_for(lambda: len([i for i in intents(cluster) if story.suffix in str(i.get("data"))]) == 3,
+                         timeout=30, what="three intents recorded")
+                victim.kill()
+                wait_for(lambda: _holder(ha) not in ("", leader), timeout=60, what="a new leader", interval=0.2)
+                wait_for(lambda: all(not ha.admin.exists(p) for p in story.paths().values()), timeout=120,
+                         what="everything gone, replayed by the new leader")
+            finally:
+                observer.stop()
+                victim.start()  # back to two replicas for the next test
+    assert observer.order_violations(story.dependents()) == []
+    new_leader = next(g for g in ha.gate.replicas if g.process.name == _holder(ha))
+    assert new_leader.metric("criticalsvc_deletion_replays_total", outcome="Replayed") >= 1
