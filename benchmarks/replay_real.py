@@ -67,13 +67,6 @@ CLUSTER_ROLES = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
 GATE_USERS = "system:serviceaccount:criticalsvc-system:"  # the gate's own DELETEs are its replays
 # The operator's grant (api/examples/replay.yaml) for every story at once. The gate replays only what
 # it refused (provider, its namespace, the CriticalService), never the root owner or the CRD.
-REPLAY_ROLE = {
-    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-    "metadata": {"name": "criticalsvc-replay-benchmark", "labels": {"criticalsvc.io/aggregate-to-replay": "true"}},
-    "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["delete"]},
-              {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["delete"]},
-              {"apiGroups": ["criticalsvc.io"], "resources": ["criticalservices"], "verbs": ["delete"]}],
-}
 POLL = 0.1  # the observer's round; one round GETs the ~10 objects of a story, itself 20-50 ms here
 IDEAL_INTERVAL = 0.05
 RERUN = 30.0  # kubectl-rerun: the person's patience between runs, as in the simulator
@@ -446,7 +439,9 @@ def run(runs: int = 1) -> dict[str, Any]:
     ideal_outcomes: list[Outcome] = []
     outcomes: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in CASES}
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp, real_cluster(binaries, Path(tmp)) as cluster:
-        done = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(REPLAY_ROLE))
+        from tests.realcluster.teardown import replay_grant
+
+        done = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(replay_grant()))
         if done.returncode != 0:
             raise AssertionError(f"applying the replay grant: {done.stderr}")
         log = GateLog(cluster.gate.replicas[0].process.log_path)

@@ -5,7 +5,6 @@ single `kubectl delete -f` of the reference story leaves nothing behind, in the 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,17 +14,11 @@ import yaml
 
 from tests.backends import Backend, RealBackend
 from tests.realcluster.cluster import RealCluster
-from tests.realcluster.teardown import Observer, Story, all_gone, apply_story, wait_for
+from tests.realcluster.teardown import Observer, Story, all_gone, apply_story, replay_grant, wait_for
 
 CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
 INTENTS = "/api/v1/namespaces/criticalsvc-system/configmaps"
-REPLAY_ROLE = {
-    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-    "metadata": {"name": "criticalsvc-replay-tests", "labels": {"criticalsvc.io/aggregate-to-replay": "true"}},
-    "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["delete"]},
-              {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["delete"]},
-              {"apiGroups": ["criticalsvc.io"], "resources": ["criticalservices"], "verbs": ["delete"]}],
-}
+REPLAY_ROLE = replay_grant()
 
 
 def with_replay(story: Story) -> Story:
@@ -134,9 +127,7 @@ def test_intents_survive_a_gate_restart(realcluster: RealCluster) -> None:
                 gate = realcluster.gate.restart()
                 wait_for(lambda: all_gone(cluster.admin, story.paths().values()), timeout=120,
                          what="everything gone after the restart")
-                replayed = re.findall(r'^criticalsvc_deletion_replays_total\{outcome="Replayed"\} (\S+)$', gate.metrics(),
-                                      re.M)
-                assert replayed and float(replayed[0]) >= 3, gate.metrics()
+                assert gate.metric("criticalsvc_deletion_replays_total", outcome="Replayed") >= 3, gate.metrics()
     finally:
         if not realcluster.gate.replicas or any(r.process.popen is None or r.process.popen.poll() is not None
                                                 for r in realcluster.gate.replicas):

@@ -29,6 +29,7 @@ from .client import Client
 
 ROOT = Path(__file__).resolve().parents[2]
 STORY = ROOT / "api" / "examples" / "reference-story.yaml"
+REPLAY_EXAMPLE = ROOT / "api" / "examples" / "replay.yaml"
 FINALIZER = "my.crd.group/super-important"
 # Names that a suffix makes unique (the CRD group is in the CRD's name and in the finalizer's).
 _RENAMED = ("finalizer-namespace", "finalizer-deployment", "cool-apps", "my.crd.group")
@@ -333,3 +334,9 @@ def _status_message(response: Any) -> str:
     except ValueError:
         return str(response.text).strip()[:300]
     return str(body.get("message", "")) if isinstance(body, dict) else str(body)[:300]
+
+
+def replay_grant() -> dict[str, Any]:
+    """The operator's grant that lets the gate replay the reference story's refused deletions: the
+    ClusterRole of api/examples/replay.yaml (aggregated into criticalsvc-replay), as a user applies it."""
+    return next(d for d in yaml.safe_load_all(REPLAY_EXAMPLE.read_text()) if d and d["kind"] == "ClusterRole")
