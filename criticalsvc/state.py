@@ -304,8 +304,19 @@ class MemoryState:
         old = self._services.pop(name, None)
         if old is not None:
             p = old.provider
-            self._by_provider[(p.group_resource.group, p.namespace, p.name)].pop(name, None)
-            self._by_provider_ns[p.namespace].pop(name, None)
+            key = (p.group_resource.group, p.namespace, p.name)
+            # Emptied buckets go too: a cluster that keeps creating and tearing down stacks (each with its
+            # own namespace and CriticalService) would otherwise keep an empty dict per stack forever.
+            by_provider = self._by_provider.get(key)
+            if by_provider is not None:
+                by_provider.pop(name, None)
+                if not by_provider:
+                    del self._by_provider[key]
+            by_namespace = self._by_provider_ns.get(p.namespace)
+            if by_namespace is not None:
+                by_namespace.pop(name, None)
+                if not by_namespace:
+                    del self._by_provider_ns[p.namespace]
         return old
 
     def clear_resource(self, gr: GroupResource) -> None:

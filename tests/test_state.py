@@ -174,3 +174,37 @@ def test_project_rejects_non_string_labels_with_the_field_path() -> None:
 
     with pytest.raises(MalformedManifest, match=r"metadata\.labels"):
         project({"metadata": {"name": "x", "labels": {"a": 1}}}, WIDGETS)
+
+
+def test_critical_services_that_come_and_go_leave_no_memory_behind():
+    """A cluster that keeps creating and tearing down stacks, each with a namespace and CriticalService of its
+    own, ends where it began: the provider indexes hold nothing for services that are gone (a 600 s soak on
+    the real control plane grew the gate's RSS; empty buckets per gone stack were one cause)."""
+    import tracemalloc
+
+    from criticalsvc.api import parse_critical_service
+    from criticalsvc.state import MemoryState
+
+    def service(i: int):
+        return parse_critical_service({"metadata": {"name": f"cs-{i}"}, "spec": {
+            "provider": {"group": "apps", "resource": "deployments", "namespace": f"stack-{i}", "name": "p"},
+            "criteria": [{"type": "Resources", "resources": {"resource": "configmaps", "namespace": f"stack-{i}"}}]}})
+
+    state = MemoryState()
+    services = [service(i) for i in range(2000)]
+    for cs in services[:10]:  # warm up whatever the first insertions allocate
+        state.upsert_critical_service(cs)
+        state.remove_critical_service(cs.name)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for cs in services[10:]:
+            state.upsert_critical_service(cs)
+            state.remove_critical_service(cs.name)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename")
+                if stat.traceback[0].filename.endswith("state.py"))
+    assert grown < 10_000, f"{grown} bytes kept by state.py for 1990 services that are gone"
+    assert list(state.critical_services()) == []
