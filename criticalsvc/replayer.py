@@ -4,7 +4,8 @@
                     replay.intent_for says so, and a background task stores it as a ConfigMap in the
                     gate's namespace (replay.to_record); AlreadyExists means it is recorded already.
                     Dry runs are never recorded: the webhooks declare sideEffects: NoneOnDryRun.
-    the leader      every INTERVAL (while some CriticalService asks for replay, or records exist) it
+    the leader      every INTERVAL while some CriticalService asks for replay or records exist (once when
+                    it begins to lead, to sweep leftovers; never otherwise: no replay, no reads), it
                     lists the records, asks replay.plan what to do, and does it: arms (records armedAt),
                     drops (deletes the record, posts an Event on the object saying why), or replays.
 
@@ -48,7 +49,6 @@ log = get_logger("criticalsvc.replay")
 
 INTERVAL = 1.0  # a leader round; replay.plan is cheap and the list is one request
 BUSY_INTERVAL = 0.25  # ... while intents wait: a replay is due the moment the criteria hold
-IDLE_INTERVAL = 30.0  # with no CriticalService asking for replay: only sweep leftover records
 REQUEST_TIMEOUT = 5.0
 ACCESS_TTL = 60.0  # how long a SelfSubjectAccessReview's "allowed" is trusted
 DENIED_TTL = 5.0  # ... and a "denied": an operator who just added the grant should see it soon
@@ -77,7 +77,9 @@ class LiveReplayer:
         self.replays = 0
         self._queue: asyncio.Queue[replay.DeletionIntent] = asyncio.Queue(maxsize=1000)
         self._access: dict[GroupResource, tuple[float, bool, str]] = {}
-        self._next_round = 0.0
+        # One sweep for leftover records when leadership begins (a CriticalService switched replay off while
+        # intents waited); otherwise a cluster that uses no replay costs no read at all.
+        self._sweep_pending = True
 
     # --- recording (every replica) -----------------------------------------------------------------
     def record(self, request: AdmissionRequest, decision: Decision) -> None:
@@ -116,6 +118,7 @@ class LiveReplayer:
                     log.exception("replay round failed")
             else:
                 self.intents = []
+                self._sweep_pending = True
             await asyncio.sleep(BUSY_INTERVAL if self.intents else INTERVAL)
 
     def _wanted(self) -> bool:
@@ -124,13 +127,13 @@ class LiveReplayer:
                          for cs in self.source.state.critical_services())
         except StateUnavailable:
             return False
-        return asking or bool(self.intents) or self.clock() >= self._next_round
+        return asking or bool(self.intents) or self._sweep_pending
 
     async def round(self) -> None:
         """One leader round: list the records, plan, act."""
         if not self._wanted():
             return
-        self._next_round = self.clock() + IDLE_INTERVAL
+        self._sweep_pending = False
         page = await self.transport.get(self._records_path(), (("labelSelector", f"{replay.RECORD_LABEL}=true"),),
                                         timeout=REQUEST_TIMEOUT)
         intents: list[replay.DeletionIntent] = []
