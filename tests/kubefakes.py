@@ -325,3 +325,21 @@ class StoreTransport:
 
     def idle(self) -> bool:
         return all(q.empty() for q in self.queues)
+
+
+@contextlib.asynccontextmanager
+async def started_cache(env: RunningStandIn) -> AsyncIterator[tuple[Any, Any]]:
+    """(CacheState, its KubeTransport) over the stand-in, started with a fast backoff; stopped and closed after."""
+    from kubernetes.aio import client
+
+    from criticalsvc.cache import Backoff, CacheState, KubeTransport
+
+    api = client.ApiClient(client.Configuration(host=env.url))
+    transport = KubeTransport(api)
+    cache = CacheState(transport, backoff=Backoff(initial=0.01, maximum=0.05))
+    try:
+        await cache.start()
+        yield cache, transport
+    finally:
+        await cache.stop()
+        await api.close()

@@ -26,7 +26,7 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kubefakes import RunningStandIn, eventually, running_standin
+from kubefakes import RunningStandIn, eventually, running_standin, started_cache
 from strategies_core import (
     CRD_NAME,
     NAMESPACES,
@@ -48,7 +48,7 @@ from test_properties import delete_review
 from criticalsvc.admission import AdmissionRequest, parse_review
 from criticalsvc.api import CRD_NAME as CRITICAL_SERVICES_CRD
 from criticalsvc.api import GroupResource, ObjectRef
-from criticalsvc.cache import Backoff, CacheState, KubeTransport
+from criticalsvc.cache import Backoff, CacheState
 from criticalsvc.decision import Decision, decide
 from criticalsvc.live import LiveReader
 from criticalsvc.sim.store import StatusError, Store
@@ -163,13 +163,7 @@ Stale = Callable[[RunningStandIn, CacheState], Awaitable[None]]
 async def decide_both(env: RunningStandIn, requests: list[AdmissionRequest], *,
                       stale: Stale | None = None) -> list[tuple[Decision, Decision]]:
     """(cache decision, live decision) per request; `stale` runs once the cache is ready, before deciding."""
-    from kubernetes.aio import client
-
-    api = client.ApiClient(client.Configuration(host=env.url))
-    transport = KubeTransport(api)
-    cache = CacheState(transport, backoff=FAST)
-    try:
-        await cache.start()
+    async with started_cache(env) as (cache, transport):
         assert await cache.wait_ready(READY_TIMEOUT), f"the cache did not sync: {cache.unsynced()}"
         if stale is not None:
             await stale(env, cache)
@@ -180,9 +174,6 @@ async def decide_both(env: RunningStandIn, requests: list[AdmissionRequest], *,
             live = await reader.decide(request)
             out.append((cached, live.decision))
         return out
-    finally:
-        await cache.stop()
-        await api.close()
 
 
 def disagreements(world: World, targets: list[Target], *, stale: Stale | None = None) -> list[str]:

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from hypothesis import find, given
 from hypothesis import strategies as st
-from kubefakes import RunningStandIn, eventually, running_standin
+from kubefakes import RunningStandIn, eventually, running_standin, started_cache
 from strategies_core import RestrictedCondition, condition_pods, restricted_conditions
 
 from criticalsvc import criteria
 from criticalsvc.admission import AdmissionRequest, parse_review, render_review
 from criticalsvc.api import GroupResource, ObjectRef, parse_critical_service
-from criticalsvc.cache import Backoff, CacheState, KubeTransport
+from criticalsvc.cache import CacheState, KubeTransport
 from criticalsvc.condition import MAX_LENGTH, compile_condition, evaluate_condition
 from criticalsvc.decision import Decision, Rule, decide
 from criticalsvc.errors import InvalidSpec
@@ -279,16 +279,8 @@ def stack(*pods: dict[str, Any]) -> Store:
 
 @contextlib.asynccontextmanager
 async def watching(env: RunningStandIn) -> AsyncIterator[CacheState]:
-    from kubernetes.aio import client
-
-    api = client.ApiClient(client.Configuration(host=env.url))
-    cache = CacheState(KubeTransport(api), backoff=Backoff(initial=0.01, maximum=0.05))
-    try:
-        await cache.start()
+    async with started_cache(env) as (cache, _transport):
         yield cache
-    finally:
-        await cache.stop()
-        await api.close()
 
 
 DONE = ObjectRef(PODS, "ns-a", "done")

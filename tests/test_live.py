@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from kubefakes import RunningStandIn, eventually, running_standin, story_objects, story_store
+from kubefakes import RunningStandIn, eventually, running_standin, started_cache, story_objects, story_store
 
 from criticalsvc.admission import AdmissionRequest, parse_review
 from criticalsvc.api import NAMESPACES, GroupResource, ObjectRef
@@ -60,17 +60,8 @@ async def reader_for(env: RunningStandIn, **options: Any) -> AsyncIterator[LiveR
 
 @contextlib.asynccontextmanager
 async def cache_and_reader(env: RunningStandIn, **options: Any) -> AsyncIterator[tuple[CacheState, LiveReader]]:
-    from kubernetes.aio import client
-
-    api = client.ApiClient(client.Configuration(host=env.url))
-    transport = KubeTransport(api)
-    cache = CacheState(transport, backoff=FAST)
-    try:
-        await cache.start()
+    async with started_cache(env) as (cache, transport):
         yield cache, LiveReader(transport, mapper=cache.mapper, **options)
-    finally:
-        await cache.stop()
-        await api.close()
 
 
 # --- the memo ---------------------------------------------------------------------------------------------
