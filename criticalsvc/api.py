@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -115,6 +115,26 @@ class ReplayDeletion(enum.StrEnum):
     WHEN_TEARING_DOWN = "WhenTearingDown"
 
 
+class HoldUpdates(enum.StrEnum):
+    """spec.holdUpdates: are UPDATEs of the provider held while its criteria are unmet?
+
+    WhileBlocking is the object-lock design: the provider is the locked object and a criterion names
+    the lock. An update that only removes finalizers, or touches only status or bookkeeping metadata,
+    is never held, because holding it would wedge the very teardown the gate orders.
+    """
+
+    NEVER = "Never"
+    WHILE_BLOCKING = "WhileBlocking"
+
+
+class ScaleToZero(enum.StrEnum):
+    """spec.scaleToZero: may the provider workload be scaled to zero replicas while its criteria are
+    unmet (through its spec or its scale subresource)? A controller scaled to zero removes no finalizer."""
+
+    ALLOW = "Allow"
+    DENY_WHILE_BLOCKING = "DenyWhileBlocking"
+
+
 @attrs.frozen
 class FinalizerCriterion:
     """Met when no object of `group_resource` still carries `finalizer_name`."""
@@ -160,6 +180,7 @@ def _where(condition: Condition | None) -> str:
     # Every criterion type may carry one (criticalsvc/condition.py): only objects it is true for count.
     return f" (counting only objects where {condition})" if condition is not None else ""
 
+_E = TypeVar("_E", bound=enum.StrEnum)
 _CRITERION_MEMBERS = {"Finalizer": "finalizer", "SpecificResource": "specificResource", "Resources": "resources"}
 
 
@@ -172,6 +193,8 @@ class CriticalService:
     criteria: tuple[Criterion, ...]
     enforcement: Enforcement = Enforcement.ENFORCE
     replay_deletion: ReplayDeletion = ReplayDeletion.NEVER
+    hold_updates: HoldUpdates = HoldUpdates.NEVER
+    scale_to_zero: ScaleToZero = ScaleToZero.ALLOW
     uid: str = ""
     labels: Mapping[str, str] = attrs.field(factory=dict, eq=False, hash=False)
     deletion_timestamp: str | None = None
@@ -217,7 +240,8 @@ def parse_spec(spec: Any, *, lenient_conditions: bool = False) -> CriticalServic
     """Parse `.spec`; the result has an empty name (the caller fills in metadata)."""
     if not isinstance(spec, Mapping):
         raise InvalidSpec("spec", "required")
-    _no_unknown(spec, {"provider", "criteria", "enforcement", "replayDeletion"}, "spec")
+    _no_unknown(spec, {"provider", "criteria", "enforcement", "replayDeletion", "holdUpdates", "scaleToZero"},
+                "spec")
     provider = _parse_object_ref(spec.get("provider"), "spec.provider", name_required=True)
     raw_enforcement = spec.get("enforcement", Enforcement.ENFORCE.value)
     try:
@@ -229,6 +253,8 @@ def parse_spec(spec: Any, *, lenient_conditions: bool = False) -> CriticalServic
         replay_deletion = ReplayDeletion(raw_replay)
     except ValueError:
         raise InvalidSpec("spec.replayDeletion", "must be Never or WhenTearingDown") from None
+    hold_updates = _enum(HoldUpdates, spec.get("holdUpdates", HoldUpdates.NEVER.value), "spec.holdUpdates")
+    scale_to_zero = _enum(ScaleToZero, spec.get("scaleToZero", ScaleToZero.ALLOW.value), "spec.scaleToZero")
     raw_criteria = spec.get("criteria")
     if not isinstance(raw_criteria, list) or not raw_criteria:
         raise InvalidSpec("spec.criteria", "required: a non-empty list")
@@ -237,7 +263,14 @@ def parse_spec(spec: Any, *, lenient_conditions: bool = False) -> CriticalServic
     criteria = tuple(_parse_criterion(c, f"spec.criteria[{i}]", lenient_conditions)
                      for i, c in enumerate(raw_criteria))
     return CriticalService(name="", provider=provider, criteria=criteria, enforcement=enforcement,
-                           replay_deletion=replay_deletion)
+                           replay_deletion=replay_deletion, hold_updates=hold_updates, scale_to_zero=scale_to_zero)
+
+
+def _enum(kind: type[_E], raw: Any, path: str) -> _E:
+    try:
+        return kind(raw)
+    except ValueError:
+        raise InvalidSpec(path, f"must be {' or '.join(m.value for m in kind)}") from None
 
 
 def too_many(count: int, limit: int) -> str:

@@ -310,8 +310,8 @@ def _decide_write(request: AdmissionRequest, state: ClusterState) -> Decision:
 
 
 def _same_spec(a: CriticalService, b: CriticalService) -> bool:
-    return (a.provider, a.criteria, a.enforcement, a.replay_deletion) == \
-        (b.provider, b.criteria, b.enforcement, b.replay_deletion)
+    return (a.provider, a.criteria, a.enforcement, a.replay_deletion, a.hold_updates, a.scale_to_zero) == \
+        (b.provider, b.criteria, b.enforcement, b.replay_deletion, b.hold_updates, b.scale_to_zero)
 
 
 def _spec_warnings(cs: CriticalService, state: ClusterState) -> list[str]:

@@ -254,7 +254,8 @@ def render_install(*, ca_pem: bytes, serving: certs.KeyPair | None = None, image
             client_config["url"] = _webhook_url(webhook_url) + path
     if webhook_url is not None:
         if image is not None or replicas is not None:
-            raise InvalidInput("--webhook-url", "runs the gate outside the cluster: --image and --replicas do not apply")
+            raise InvalidInput("--webhook-url",
+                               "runs the gate outside the cluster: --image and --replicas do not apply")
         return sort_objects(o for o in objects if o["kind"] not in IN_CLUSTER_KINDS)
 
     deployment = _find(objects, "Deployment", DEPLOYMENT_NAME)
