@@ -38,7 +38,8 @@ def _decisions(cluster: RealCluster, since: float) -> list[dict[str, object]]:
 
 
 def test_denials_cost_no_read_and_a_protected_allow_one_round(realcluster: RealCluster) -> None:
-    """20 refused DELETEs: zero reads; the teardown's confirmed ALLOWs: at most one read round each; no watch restarts."""
+    """20 refused DELETEs: zero reads; the teardown's confirmed ALLOWs: at most one read round each; no watch
+    restarts."""
     story = Story.make("load")
     apply_story(realcluster.kubectl, realcluster.admin, story)
     time.sleep(1)  # let the watches of the story's types settle (their LIST/WATCH are not a decision's cost)

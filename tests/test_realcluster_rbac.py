@@ -20,7 +20,8 @@ def _denial(cluster: RealCluster, path: str) -> str:
 
 
 def test_a_type_the_gate_may_not_read_blocks_only_what_depends_on_it(realcluster: RealCluster) -> None:
-    """No reader role for the CRs: the provider's DELETE names the missing grant; other deletes go on; the role fixes it."""
+    """No reader role for the CRs: the provider's DELETE names the missing grant; other deletes go on; the role
+    fixes it."""
     story = Story.make("rbac")
     for _ in range(2):  # twice: the CRs need their CRD (no reader role applied on purpose)
         realcluster.kubectl("apply", "-f", "-", input=story.text)
@@ -28,7 +29,8 @@ def test_a_type_the_gate_may_not_read_blocks_only_what_depends_on_it(realcluster
     missing = f"the gate may not list coolresources.{story.group} (403 Forbidden)"
     wait_for(lambda: missing in _denial(realcluster, story.deployment_path), timeout=60,
              what="a denial naming the missing grant")
-    assert 'ClusterRole labelled criticalsvc.io/aggregate-to-reader="true"' in _denial(realcluster, story.deployment_path)
+    assert 'ClusterRole labelled criticalsvc.io/aggregate-to-reader="true"' in _denial(realcluster,
+                                                                                     story.deployment_path)
     # The rest of the cluster is not held hostage: the gate is ready and an unrelated namespace goes.
     gate = realcluster.gate.replicas[0]
     assert httpx.get(f"{gate.ops_url}/readyz", timeout=5).status_code == 200

@@ -175,7 +175,8 @@ def make_pki(directory: Path) -> PKI:
                                         "admin.key", "sa.key", "sa.pub")))
     for path, data, private in (
         (pki.ca_cert, certs.cert_pem(ca.cert), False), (pki.ca_key, certs.key_pem(ca.key), True),
-        (pki.apiserver_cert, certs.cert_pem(serving.cert), False), (pki.apiserver_key, certs.key_pem(serving.key), True),
+        (pki.apiserver_cert, certs.cert_pem(serving.cert), False),
+        (pki.apiserver_key, certs.key_pem(serving.key), True),
         (pki.admin_cert, certs.cert_pem(admin.cert), False), (pki.admin_key, certs.key_pem(admin.key), True),
         (pki.sa_key, certs.key_pem(sa), True),
         (pki.sa_pub, sa.public_key().public_bytes(serialization.Encoding.PEM,
@@ -289,7 +290,8 @@ class ControlPlane:
             "--client-ca-file", str(pki.ca_cert), "--authorization-mode", "RBAC",
             "--service-account-issuer", ISSUER, "--service-account-key-file", str(pki.sa_pub),
             "--service-account-signing-key-file", str(pki.sa_key),
-            "--service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE, "--cert-dir", str(self.directory / "apiserver-certs"),
+            "--service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE,
+            "--cert-dir", str(self.directory / "apiserver-certs"),
             # The `kubernetes` Service's endpoints may not be a loopback address; nothing here needs them.
             "--endpoint-reconciler-type", "none",
             "--profiling=false", "--enable-priority-and-fairness=false",
