@@ -8,8 +8,8 @@ What runs, and why it is enough for the gate:
   with ValidatingAdmissionWebhook, and a serving certificate for 127.0.0.1 from a CA of the run.
 - kube-controller-manager with the controllers a teardown meets: the namespace controller, the
   garbage collector, the Deployment and ReplicaSet controllers, the ServiceAccount and token
-  controllers, and ClusterRole aggregation (the gate's reader role is aggregated). No kubelet and no
-  scheduler: pods stay Pending, and a pod never bound to a node goes at once on DELETE (no graceful
+  controllers, ClusterRole aggregation (the gate's reader role is aggregated) and PVC protection.
+  No kubelet and no scheduler: pods stay Pending, and a pod never bound to a node goes at once on DELETE (no graceful
   termination without a kubelet to run it), so namespace deletion still finishes.
 
 Every process listens on a free loopback port (asked of the kernel), writes its log to a file in the
@@ -51,6 +51,9 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTROLLERS = (
     "namespace-controller", "garbage-collector-controller", "deployment-controller", "replicaset-controller",
     "serviceaccount-controller", "serviceaccount-token-controller", "clusterrole-aggregation-controller",
+    # The API server's StorageObjectInUseProtection admission puts kubernetes.io/pvc-protection on every
+    # PVC; only this controller takes it off, so without it a deleted PVC (and its namespace) stays forever.
+    "persistentvolumeclaim-protection-controller",
 )
 # Every request of the gate's ServiceAccount, at Metadata level, once (when complete; a watch also
 # when its response starts): what the gate costs the API server, counted by the tests and benchmarks.
