@@ -4,6 +4,7 @@
                                [--objects-services 100] [--objects 1000,10000,50000,200000]
                                [--matching 10,100,1000,10000] [--memory-objects 200000] [--seed 0] [--json]
                                [--conditions-matching 10,1000,10000] [--condition EXPR]
+                               [--selectors-services 10,100,1000]
 
 The cluster is generated, not loaded: N operators, each a Namespace, a provider Deployment, a CRD
 and a CriticalService (a Finalizer criterion on its CRs plus a SpecificResource criterion on its
@@ -17,6 +18,10 @@ ConfigMaps no CriticalService names. Three sweeps, each varying one thing:
                      condition and with --condition on the Finalizer criterion (default
                      `object.spec.size % 2 == 0`: half the CRs count), timed interleaved in one sweep,
                      so the two figures of a size are comparable (issue 11)
+    selectors sweep  N = 10 .. 1,000 CriticalServices, each twice: the provider named
+                     (`name: controller`) and the same provider chosen by a label selector
+                     (`selector: {matchLabels: {app.kubernetes.io/name: opN, ...component: controller}}`
+                     in its namespace), timed interleaved (issue 11)
 
 Each point times `decide()` (time.perf_counter_ns around the call only) over a random mix of the
 DELETEs a gate sees: a provider Deployment (protected: a Finalizer criterion holds), a CRD (protected:
@@ -70,10 +75,12 @@ def _uid(i: int) -> str:
 DEFAULT_CONDITION = "object.spec.size % 2 == 0"
 
 
-def cluster(services: int, crs: int, filler: int = 0, condition: str | None = None) -> list[Manifest]:
+def cluster(services: int, crs: int, filler: int = 0, condition: str | None = None,
+            selector: bool = False) -> list[Manifest]:
     """Manifests of `services` operators, `crs` CRs spread evenly over them and TENANTS namespaces,
     and `filler` ConfigMaps no CriticalService names (a bigger cluster, nothing more to match); with
-    `condition`, every Finalizer criterion carries it and every CR a spec.size to read."""
+    `condition`, every Finalizer criterion carries it and every CR a spec.size to read; with
+    `selector`, every CriticalService chooses its provider by the Deployment's labels, not its name."""
     out: list[Manifest] = []
     n = 0
 
@@ -89,8 +96,7 @@ def cluster(services: int, crs: int, filler: int = 0, condition: str | None = No
         group, plural, kind = f"op{i}.example.com", f"widgets{i}", f"Widget{i}"
         add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"op{i}-system"}})
         add({"apiVersion": "apps/v1", "kind": "Deployment",
-             "metadata": {"name": "controller", "namespace": f"op{i}-system",
-                          "labels": {"app.kubernetes.io/name": f"op{i}", "app.kubernetes.io/component": "controller"}}})
+             "metadata": {"name": "controller", "namespace": f"op{i}-system", "labels": _controller_labels(i)}})
         add({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
              "metadata": {"name": f"{plural}.{group}"},
              "spec": {"group": group, "scope": "Namespaced",
@@ -98,7 +104,8 @@ def cluster(services: int, crs: int, filler: int = 0, condition: str | None = No
                       "versions": [{"name": "v1", "served": True, "storage": True}]}})
         add({"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": f"op{i}"},
              "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": f"op{i}-system",
-                                   "name": "controller"},
+                                   **({"selector": {"matchLabels": _controller_labels(i)}} if selector
+                                      else {"name": "controller"})},
                       "criteria": [{"type": "Finalizer",
                                     "finalizer": {"group": group, "resource": plural,
                                                   "finalizerName": f"{group}/cleanup"},
@@ -122,6 +129,10 @@ def cluster(services: int, crs: int, filler: int = 0, condition: str | None = No
     return out
 
 
+def _controller_labels(i: int) -> dict[str, str]:
+    return {"app.kubernetes.io/name": f"op{i}", "app.kubernetes.io/component": "controller"}
+
+
 def requests(services: int, crs: int, count: int, rng: random.Random) -> list[AdmissionRequest]:
     """`count` DELETE requests, the mix described in the module docstring."""
     out = []
@@ -133,7 +144,7 @@ def requests(services: int, crs: int, count: int, rng: random.Random) -> list[Ad
             ns, name = f"op{i}-system", "controller"
             req = AdmissionRequest(f"u{k}", DEPLOYMENTS, "DELETE", name, ns, kind="Deployment", old_object={
                 "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/name": f"op{i}"}}})
+                "metadata": {"name": name, "namespace": ns, "labels": _controller_labels(i)}})
         elif kind == 1:
             name = f"{plural}.{group}"
             req = AdmissionRequest(f"u{k}", CRDS, "DELETE", name, "", kind="CustomResourceDefinition",
@@ -165,18 +176,19 @@ def requests(services: int, crs: int, count: int, rng: random.Random) -> list[Ad
     return out
 
 
-def build_point(services: int, crs: int, filler: int = 0,
-                condition: str | None = None) -> tuple[MemoryState, dict[str, Any]]:
+def build_point(services: int, crs: int, filler: int = 0, condition: str | None = None,
+                selector: bool = False) -> tuple[MemoryState, dict[str, Any]]:
     t0 = time.perf_counter()
-    manifests = cluster(services, crs, filler, condition)
+    manifests = cluster(services, crs, filler, condition, selector)
     state = build_state(manifests)
     info = {"services": services, "crs": crs, "matchingPerService": crs // services, "objects": len(manifests),
-            "buildSeconds": round(time.perf_counter() - t0, 2), "condition": condition or ""}
+            "buildSeconds": round(time.perf_counter() - t0, 2), "condition": condition or "",
+            "provider": "selector" if selector else "name"}
     return state, info
 
 
-# (services, CRs, filler ConfigMaps[, condition]): the arguments of build_point.
-Point = tuple[int, int, int] | tuple[int, int, int, str | None]
+# (services, CRs, filler ConfigMaps[, condition[, selector]]): the arguments of build_point.
+Point = tuple[int, int, int] | tuple[int, int, int, str | None] | tuple[int, int, int, str | None, bool]
 
 
 def sweep(points: list[Point], *, decisions: int, rounds: int, seed: int) -> list[dict[str, Any]]:
@@ -216,6 +228,7 @@ def sweep(points: list[Point], *, decisions: int, rounds: int, seed: int) -> lis
                      "maxus": round(xs[-1] / 1000, 1), "meanus": round(sum(xs) / len(xs) / 1000, 1),
                      "denied": n_denied, "decisions": len(xs)})
         cond = f" (condition {info['condition']})" if info["condition"] else ""
+        cond += " (provider by selector)" if info["provider"] == "selector" else ""
         print(f"   scale: {info['services']} services, {info['objects']} objects{cond}: p50 {info['p50us']} us, "
               f"p99 {info['p99us']} us (build {info['buildSeconds']} s)", file=sys.stderr, flush=True)
         results.append(info)
@@ -280,6 +293,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--conditions-matching", type=_ints, default=[10, 1000, 10_000],
                    help="CRs of the conditions sweep's points (each timed without and with --condition)")
     p.add_argument("--condition", default=DEFAULT_CONDITION, help="the CEL condition of the conditions sweep")
+    p.add_argument("--selectors-services", type=_ints, default=[10, 100, 1000],
+                   help="CriticalServices of the selectors sweep's points (each timed named and by selector)")
     p.add_argument("--rounds", type=int, default=20, help="interleaved blocks each point's decisions are split into")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
@@ -303,6 +318,8 @@ def main(argv: list[str]) -> int:
     by_objects = sweep([(n, n * per, max(0, total - base)) for total in args.objects], **opts)
     by_matching = sweep([(1, m, 0) for m in args.matching], **opts)
     by_condition = sweep([(1, m, 0, c) for m in args.conditions_matching for c in (None, args.condition)], **opts)
+    by_selector = sweep([(n, n * per, 0, None, sel) for n in args.selectors_services for sel in (False, True)],
+                        **opts)
     cols = ["services", "matchingPerService", "objects", "p50us", "p99us", "maxus", "buildSeconds"]
 
     def table(title: str, rows: list[dict[str, Any]], columns: list[str] = cols) -> dict[str, Any]:
@@ -324,6 +341,9 @@ def main(argv: list[str]) -> int:
         "bytesPerCachedObjectWithCondition": memory_conditioned["bytesPerObject"],
         "memoryWithCondition": memory_conditioned,
         "conditionsSweep": by_condition,
+        "selectorsSweep": by_selector,
+        "p99SelectorOverNamed": [round(b["p99us"] / a["p99us"], 3) for a, b in zip(by_selector[::2], by_selector[1::2],
+                                                                                  strict=True) if a["p99us"]],
         "servicesSweep": by_services,
         "objectsSweep": by_objects,
         "matchingSweep": by_matching,
@@ -334,6 +354,8 @@ def main(argv: list[str]) -> int:
             table("matching sweep (1 CriticalService, N CRs with its finalizer)", by_matching),
             table(f"conditions sweep (1 CriticalService, N CRs; without and with {args.condition})", by_condition,
                   ["condition", "matchingPerService", "objects", "p50us", "p99us", "maxus", "buildSeconds"]),
+            table(f"selectors sweep (N CriticalServices x {per} CRs; provider named, then by label selector)",
+                  by_selector, ["provider", "services", "objects", "p50us", "p99us", "maxus", "buildSeconds"]),
         ],
     }
     emit("scale", section, as_json=args.json)

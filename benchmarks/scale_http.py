@@ -80,7 +80,7 @@ WARM_PREFIX = "warm-"  # uid prefix of untimed reviews, so the server's log line
 # A child builds up to 200k objects before it listens (~10 s here); generous for a slow machine.
 READY_TIMEOUT = 180.0
 P99_GROWTH_GOAL = 0.10
-USER = {"username": "system:serviceaccount:kube-system:namespace-controller",
+USER: dict[str, Any] = {"username": "system:serviceaccount:kube-system:namespace-controller",
         "uid": "0b7d9f4e-2a1c-4e8b-b6f3-9d8c7b6a5f4e",
         "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]}
 
