@@ -10,8 +10,8 @@ stored as an API object (as `criticalsvc manifests --webhook-url` renders it: cl
 CA in caBundle) and the stand-in registers webhooks from every stored ValidatingWebhookConfiguration
 (sim/webhook_client.py `follow_configurations`), so the gate's own configuration for provider types,
 criticalsvc-providers, is written by the same router code as on a live cluster and takes effect the
-same way. A kubeconfig for the stand-in is written so that `kubectl --kubeconfig PATH apply/delete -f ...` works against it. It
-is written atomically (a temporary file renamed over PATH), and `serve --embedded` writes it only
+same way. A kubeconfig for the stand-in is written so that `kubectl --kubeconfig PATH apply/delete -f ...`
+works against it. It is written atomically (a temporary file renamed over PATH), and `serve --embedded` writes it only
 once the gate is registered and ready: a script may wait for the file (`until [ -s PATH ]; do sleep 0.2; done`)
 and use it at once.
 """

@@ -64,10 +64,6 @@ KIND = "ValidatingWebhookConfiguration"
 TEMPLATE_WEBHOOK = "workloads.gate.criticalsvc.io"
 SCALE = "scale"
 
-# Operations and resources the shipped configuration already sends (deploy/base/webhook.yaml; the
-# CriticalServices webhook (3) reviews their CREATE/UPDATE too). tests/test_routing.py checks the file.
-STATIC_ROUTES: frozenset[tuple[str, GroupResource]] = frozenset(
-    {("DELETE", gr) for gr in GATED_DELETES} | {("UPDATE", CRITICAL_SERVICES), ("CREATE", CRITICAL_SERVICES)})
 # The API server never sends admission requests for these (IsExemptAdmissionConfigurationResource,
 # https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/rules/rules.go):
 # a rule for them would route nothing.
@@ -84,7 +80,15 @@ class Route:
     group_resource: GroupResource  # resource "deployments/scale" for a subresource
 
     def __str__(self) -> str:
-        return f"{self.operation} {self.group_resource}"
+        # kubectl's spelling with the subresource last: `UPDATE deployments.apps/scale`.
+        resource, _, sub = self.group_resource.resource.partition("/")
+        return f"{self.operation} {GroupResource(self.group_resource.group, resource)}{'/' + sub if sub else ''}"
+
+
+# Operations and resources the shipped configuration already sends (deploy/base/webhook.yaml; the
+# CriticalServices webhook (3) reviews their CREATE/UPDATE too). tests/test_routing.py checks the file.
+STATIC_ROUTES: frozenset[Route] = frozenset({Route("DELETE", gr) for gr in GATED_DELETES}
+                                            | {Route("UPDATE", CRITICAL_SERVICES), Route("CREATE", CRITICAL_SERVICES)})
 
 
 @attrs.frozen(order=True)
@@ -112,7 +116,7 @@ def needed_routes(cs: CriticalService, provider_type: GroupResource) -> frozense
 
 
 def is_static(route: Route) -> bool:
-    return (route.operation, route.group_resource) in STATIC_ROUTES
+    return route in STATIC_ROUTES
 
 
 def desired_routes(services: Iterable[CriticalService],
