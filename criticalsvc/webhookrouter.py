@@ -66,6 +66,7 @@ class WebhookRouter:
         self._synced_rules: frozenset[routing.RouteRule] | None = None  # None: sync at the next round
         self._next_sync = 0.0
         self._reported: str | None = None  # the error last reported as an Event
+        self._seen: frozenset[routing.Route] = frozenset()  # what the owned configuration held when last read
 
     def desired(self) -> frozenset[routing.RouteRule]:
         return routing.desired_routes(self.source.state.critical_services(), self.mapper.lookup)
@@ -89,6 +90,7 @@ class WebhookRouter:
     async def sync(self, rules: frozenset[routing.RouteRule]) -> str:
         """Make the owned configuration route exactly `rules`; returns the outcome (a metric label)."""
         self.syncs += 1
+        self._seen = frozenset()
         try:
             outcome, stored = await self._write(rules)
         except APIError as exc:
@@ -102,7 +104,10 @@ class WebhookRouter:
                 return outcome
             log.warning("could not sync the provider routes", configuration=routing.PROVIDERS_CONFIGURATION,
                         error=exc.message, routes=[str(r.route) for r in sorted(rules)])
-            self._set_facts(attrs.evolve(self.facts, error=exc.message))
+            # Routed is what this round could read of the owned configuration (nothing if it could not): status
+            # says Enforcing only for routes the API server is seen to hold.
+            self._set_facts(attrs.evolve(self.facts, routed=self._seen, error=exc.message))
+            self.metrics.provider_routes.set(len(self._seen))
             self._report(exc.message)
             return outcome
         self._synced_rules, self._next_sync = rules, self.clock() + RESYNC
@@ -117,7 +122,6 @@ class WebhookRouter:
         return outcome
 
     async def _write(self, rules: frozenset[routing.RouteRule]) -> tuple[str, Mapping[str, Any] | None]:
-        shipped = await self.transport.get(f"{CONFIGURATIONS}/{self.shipped}", timeout=REQUEST_TIMEOUT)
         path = f"{CONFIGURATIONS}/{routing.PROVIDERS_CONFIGURATION}"
         try:
             stored: Mapping[str, Any] | None = await self.transport.get(path, timeout=REQUEST_TIMEOUT)
@@ -125,6 +129,10 @@ class WebhookRouter:
             if not exc.not_found:
                 raise
             stored = None
+        self._seen = routing.routes_of(stored)
+        # Read second: when the shipped configuration is gone (deleted to end an outage, or at uninstall), the
+        # owned one has gone with it, and status must say so rather than keep the routes last written.
+        shipped = await self.transport.get(f"{CONFIGURATIONS}/{self.shipped}", timeout=REQUEST_TIMEOUT)
         if stored is None and not rules:
             return "unchanged", None  # created only once some route is needed (routing.py)
         try:
