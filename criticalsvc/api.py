@@ -72,7 +72,8 @@ class GroupResource:
 NAMESPACES = GroupResource("", "namespaces")
 # The provider types whose DELETEs the shipped webhook configuration sends to the gate
 # (deploy/base/webhook.yaml, rule "workloads"; tests/test_deploy.py keeps the two equal). A provider of
-# another type is protected only through its namespace until the operator adds a rule for its type.
+# another type is routed by the gate's own configuration criticalsvc-providers (criticalsvc/routing.py),
+# or, with serve --no-manage-provider-webhooks, only through its namespace until the operator adds a rule.
 ROUTED_PROVIDERS = frozenset({GroupResource("apps", "deployments"), GroupResource("apps", "statefulsets"),
                               GroupResource("apps", "daemonsets")})
 CRDS = GroupResource("apiextensions.k8s.io", "customresourcedefinitions")

@@ -17,8 +17,9 @@
 
 Wire facts honoured (design/kubernetes-semantics.md §1, §4): `object` is null on DELETE, so everything is read from
 `oldObject`; `name` is "" for items of a deletecollection, so it comes from `oldObject.metadata.name`;
-a DELETE without oldObject of a type outside GATED_DELETES is denied: only the label can have sent it,
-and the gate holds no copy of such objects to read the label from;
+a DELETE without oldObject of a type outside GATED_DELETES that is no CriticalService's provider type is
+denied: only the label can have sent it, and the gate holds no copy of such objects to read the label from
+(a provider type is watched, and routed by the gate's own configuration, criticalsvc/routing.py);
 a repeated DELETE of an object that already carries deletionTimestamp already passed the gate and is
 allowed; a dry-run request gets exactly the same evaluation (this function has no side effects).
 Denials carry code 403/Forbidden explicitly because the API server turns anything below 400 into 400.
@@ -110,13 +111,16 @@ def deny(rule: Rule, message: str, *, code: int = 403, reason: str = "Forbidden"
     return Decision(False, rule, _cap(message), code, reason, **kw)
 
 
-def decide(request: AdmissionRequest, state: ClusterState) -> Decision:
-    """The gate's answer to one admission request. Pure: no I/O, no clock, no side effects."""
+def decide(request: AdmissionRequest, state: ClusterState, *, manages_routes: bool = False) -> Decision:
+    """The gate's answer to one admission request. Pure: no I/O, no clock, no side effects.
+
+    `manages_routes`: the gate writes the routes of provider types itself (criticalsvc/routing.py), so a
+    CriticalService of an unrouted type gets no warning that nothing sends its DELETEs."""
     try:
         if request.operation == "DELETE":
             return _decide_delete(request, state)
         if request.operation in ("CREATE", "UPDATE") and _is(request.group_resource, CRITICAL_SERVICES, state):
-            return _decide_write(request, state)
+            return _decide_write(request, state, manages_routes)
         return allow(Rule.NOT_GATED)
     except StateUnavailable as exc:
         return deny(
@@ -146,7 +150,8 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
 
     gr = state.resolve(request.group_resource) or request.group_resource
     ref = _ref(request, gr, name)
-    if old is None and request.group_resource not in GATED_DELETES and gr not in GATED_DELETES:
+    if old is None and request.group_resource not in GATED_DELETES and gr not in GATED_DELETES \
+            and not _is_provider_type(gr, state):
         # Only the labelled-objects webhook routes such types, by oldObject's labels (design/
         # kubernetes-semantics.md §7); the gate keeps no copy of such objects, so without oldObject it
         # cannot read the label and does not guess.
@@ -219,6 +224,12 @@ def _labelled(ref: ObjectRef) -> Decision:
                 f"{DELETION_PROTECTED_ALWAYS}; remove the label to delete it")
 
 
+def _is_provider_type(gr: GroupResource, state: ClusterState) -> bool:
+    """Some CriticalService's provider is of type `gr`: the gate's own configuration routes its DELETEs."""
+    return any((state.resolve(cs.provider.group_resource) or cs.provider.group_resource) == gr
+               for cs in state.critical_services())
+
+
 def _could_be_gated(gr: GroupResource, namespace: str, state: ClusterState) -> bool:
     if gr in (NAMESPACES, CRITICAL_SERVICES, CRDS):
         return True
@@ -283,7 +294,7 @@ def _provider(cs: CriticalService) -> str:
 
 
 # --- CREATE / UPDATE of a CriticalService -----------------------------------------------------------
-def _decide_write(request: AdmissionRequest, state: ClusterState) -> Decision:
+def _decide_write(request: AdmissionRequest, state: ClusterState, manages_routes: bool = False) -> Decision:
     if request.sub_resource:
         return allow(Rule.NOT_GATED)  # status writes are the gate's own
     try:
@@ -298,7 +309,7 @@ def _decide_write(request: AdmissionRequest, state: ClusterState) -> Decision:
             old = None
         if old is not None and _same_spec(old, cs):
             return allow(Rule.VALID_SPEC)  # metadata-only edits (labels, break-glass) are never blocked
-    warnings = list(_spec_warnings(cs, state))
+    warnings = list(_spec_warnings(cs, state, manages_routes))
     from .graph import check_no_cycle  # the graph layer builds on criteria; imported late to keep this light
 
     try:
@@ -314,13 +325,13 @@ def _same_spec(a: CriticalService, b: CriticalService) -> bool:
         (b.provider, b.criteria, b.enforcement, b.replay_deletion, b.hold_updates, b.scale_to_zero)
 
 
-def _spec_warnings(cs: CriticalService, state: ClusterState) -> list[str]:
+def _spec_warnings(cs: CriticalService, state: ClusterState, manages_routes: bool = False) -> list[str]:
     out: list[str] = []
     provider_type = state.resolve(cs.provider.group_resource)
     if provider_type is None:
         out.append(f"spec.provider: {cs.provider.group_resource} is not served (yet); nothing is protected "
                    "until it is")
-    elif provider_type not in GATED_DELETES:
+    elif provider_type not in GATED_DELETES and not manages_routes:
         out.append(f"spec.provider: {not_routed(cs, provider_type)}")
     for i, c in enumerate(cs.criteria):
         named = criteria.named_resource(c)

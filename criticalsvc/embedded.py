@@ -5,9 +5,13 @@ stand-in over the simulator's store, with the CriticalService CRD installed), it
 running in real time (namespace controller, CRD cleanup, garbage collector, and each provider's
 finalizer controller), certificates generated into a temporary directory, and the webhook
 registered from deploy/base/webhook.yaml exactly as the bundle registers it (rules, failurePolicy,
-namespaceSelector, objectSelector, timeout), pointed at the gate's own HTTPS port. A kubeconfig for
-the stand-in is written so that `kubectl --kubeconfig PATH apply/delete -f ...` works against it. It
-is written atomically (a temporary file renamed over PATH), and `serve --embedded` writes it only
+namespaceSelector, objectSelector, timeout), pointed at the gate's own HTTPS port. The configuration is
+stored as an API object (as `criticalsvc manifests --webhook-url` renders it: clientConfig.url and the
+CA in caBundle) and the stand-in registers webhooks from every stored ValidatingWebhookConfiguration
+(sim/webhook_client.py `follow_configurations`), so the gate's own configuration for provider types,
+criticalsvc-providers, is written by the same router code as on a live cluster and takes effect the
+same way. A kubeconfig for the stand-in is written so that `kubectl --kubeconfig PATH apply/delete -f ...`
+works against it. It is written atomically (a temporary file renamed over PATH), and `serve --embedded` writes it only
 once the gate is registered and ready: a script may wait for the file (`until [ -s PATH ]; do sleep 0.2; done`)
 and use it at once.
 """
@@ -15,8 +19,10 @@ and use it at once.
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import contextlib
+import copy
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -62,6 +68,17 @@ def _webhook_configuration() -> dict[str, Any]:
     raise MalformedManifest("", "no ValidatingWebhookConfiguration in it", where=str(path))
 
 
+def _url_configuration(config: dict[str, Any], gate_url: str, ca_pem: bytes) -> dict[str, Any]:
+    """The shipped configuration with every webhook calling `gate_url` and trusting `ca_pem`, as
+    `criticalsvc manifests --webhook-url URL --ca-bundle-from DIR` renders it (install.render_install)."""
+    bundle = base64.b64encode(ca_pem).decode()
+    out = copy.deepcopy(config)
+    for webhook in out.get("webhooks") or []:
+        path = (webhook.get("clientConfig", {}).get("service") or {}).get("path", "/validate")
+        webhook["clientConfig"] = {"url": f"{gate_url}{path}", "caBundle": bundle}
+    return out
+
+
 def _crd_manifest() -> dict[str, Any] | None:
     from .sim.apiserver.standin import DEFAULT_CRD_PATH
 
@@ -90,11 +107,11 @@ class EmbeddedCluster:
 
         Returns a future that is done once the webhooks are registered in the store (`await
         asyncio.wrap_future(...)`): a DELETE after that goes through the gate."""
-        from .sim.webhook_client import register_webhooks
+        from .sim.webhook_client import follow_configurations
 
         def submit() -> None:
-            register_webhooks(self.store, _webhook_configuration(), ca_bundle=ca_pem,
-                              resolve_service=lambda _ns, _name, _port, path: f"{gate_url}{path}")
+            follow_configurations(self.store, resolve_service=lambda _ns, _name, _port, path: f"{gate_url}{path}")
+            self.store.create(_url_configuration(_webhook_configuration(), gate_url, ca_pem))
 
         registered: concurrent.futures.Future[None] = self.standin.submit(submit)
         return registered

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -96,6 +96,12 @@ class Metrics:
         self.deletion_replays = Counter(
             "criticalsvc_deletion_replays_total", "Deletion intents the leader ended, by outcome: replayed, or "
             "the reason it was dropped (ObjectGone, TeardownAbandoned, Forbidden, ...).", ["outcome"], registry=r)
+        self.provider_routes = Gauge(
+            "criticalsvc_provider_routes", "Routes (operation and resource) the gate's own webhook configuration "
+            "criticalsvc-providers holds, as last read or written by the leader.", registry=r)
+        self.webhook_route_syncs = Counter(
+            "criticalsvc_webhook_route_syncs_total", "Syncs of the webhook configuration criticalsvc-providers by "
+            "the leader, by outcome (unchanged, created, updated, conflict, failed).", ["outcome"], registry=r)
         self._cache_collector: _CacheObjectsCollector | None = None
 
     def observe_cache_objects(self, counts: Callable[[], Mapping[str, int]]) -> None:

@@ -182,6 +182,7 @@ class Webhook:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
         on_decision: Callable[[AdmissionRequest, Decision], None] | None = None,
+        manages_routes: bool = False,
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
@@ -193,6 +194,9 @@ class Webhook:
         self.confirm_timeout = confirm_timeout
         # Called with every final decision (e.g. the status writer's Event recorder); must not block.
         self.on_decision = on_decision
+        # The gate writes the routes of provider types (criticalsvc/webhookrouter.py): decide() does not warn
+        # that a CriticalService's provider type is not routed.
+        self.manages_routes = manages_routes
         self.log: FilteringBoundLogger = get_logger("criticalsvc.server")
         # Set by `begin_termination()` (SIGTERM): /readyz fails, so the Service stops sending new
         # connections here, while reviews are still answered - each with `Connection: close`.
@@ -328,7 +332,7 @@ class Webhook:
 
     async def _answer(self, admission: AdmissionRequest, state: ClusterState, started: float) -> Response:
         try:
-            decision = decide(admission, state)
+            decision = decide(admission, state, manages_routes=self.manages_routes)
         except Exception as exc:  # decide is pure and total by design; if it fails anyway, fail closed
             self.metrics.decision_errors.inc()
             self.log.exception("decision failed", uid=admission.uid)

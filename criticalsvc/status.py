@@ -6,8 +6,12 @@ writer that recomputes every few seconds does not churn it.
 
     Ready      True  (Enforcing | Warning)      the gate protects the provider as specified
                False (ProviderTypeNotServed)    the provider's type is not served: nothing to protect
-               False (ProviderNotRouted)        the webhook's rules do not send DELETEs of the provider's
-                                                type to the gate: only its namespace is protected
+               False (ProviderNotRouted)        no webhook sends the gate the DELETEs (or, with holdUpdates
+                                                or scaleToZero, the UPDATEs) of the provider's type, and the
+                                                gate does not manage routes (serve
+                                                --no-manage-provider-webhooks): the message says what to add
+               False (RoutePending)             the gate manages routes but has not written this one yet
+               False (RoutingFailed)            writing the route failed: the message names the API error
     Blocking   True  (CriteriaUnmet)            deleting the provider (or its namespace) is denied now
                False (CriteriaMet)              it would be allowed
     ReplayPermitted   (spec.replayDeletion: WhenTearingDown only)
@@ -28,7 +32,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import criteria
-from .api import GATED_DELETES, CriticalService, Enforcement, GroupResource, ReplayDeletion
+from .api import CriticalService, Enforcement, GroupResource, ReplayDeletion
+from .routing import PROVIDERS_CONFIGURATION, Route, RoutingFacts, needed_routes
 from .state import ClusterState
 from .timestamps import format_rfc3339
 
@@ -52,10 +57,14 @@ def _condition(type_: str, status: bool, reason: str, message: str, *, now: str,
 
 def compute_status(cs: CriticalService, state: ClusterState, *, now: float, generation: int = 1,
                    previous: Mapping[str, Any] | None = None, intents: Sequence[DeletionIntent] = (),
-                   replay_forbidden: Sequence[GroupResource] | None = None) -> dict[str, Any]:
-    """`replay_forbidden`: the types the gate may not delete for its replays ([] all permitted, None
-    not checked yet); read only when the CriticalService asks for replay."""
-    """The `.status` the gate would write for `cs` now. May raise StateUnavailable."""
+                   replay_forbidden: Sequence[GroupResource] | None = None,
+                   routing: RoutingFacts | None = None) -> dict[str, Any]:
+    """The `.status` the gate would write for `cs` now. May raise StateUnavailable.
+
+    `replay_forbidden`: the types the gate may not delete for its replays ([] all permitted, None
+    not checked yet); read only when the CriticalService asks for replay. `routing`: what the
+    provider-routes writer (criticalsvc/webhookrouter.py) last saw; None: routes are not managed, only
+    the shipped configuration's count."""
     stamp = format_rfc3339(now)
     prev_conditions = (previous or {}).get("conditions") or []
     verdicts = [criteria.evaluate(c, state) for c in cs.criteria]
@@ -66,9 +75,9 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         ready = _condition("Ready", False, "ProviderTypeNotServed",
                            f"{cs.provider.group_resource} is not served; nothing is protected until it is",
                            now=stamp, generation=generation, previous=prev_conditions)
-    elif provider_type not in GATED_DELETES:
-        ready = _condition("Ready", False, "ProviderNotRouted", not_routed(cs, provider_type),
-                           now=stamp, generation=generation, previous=prev_conditions)
+    elif missing := sorted(r for r in needed_routes(cs, provider_type) if not (routing or _UNMANAGED).routes(r)):
+        reason, message = _unrouted(cs, provider_type, missing, routing or _UNMANAGED)
+        ready = _condition("Ready", False, reason, message, now=stamp, generation=generation, previous=prev_conditions)
     else:
         warn = cs.enforcement == Enforcement.WARN
         ready = _condition("Ready", True, "Warning" if warn else "Enforcing",
@@ -128,6 +137,26 @@ def _intent(intent: DeletionIntent) -> dict[str, Any]:
     out["message"] = ("everything still blocking it is being deleted; replayed when the criteria hold"
                       if intent.armed_at is not None else "waiting for what blocks it to be deleted")
     return out
+
+
+_UNMANAGED = RoutingFacts()
+
+
+def _unrouted(cs: CriticalService, provider_type: GroupResource, missing: Sequence[Route],
+              routing: RoutingFacts) -> tuple[str, str]:
+    """Ready's reason and message when `missing` routes are not there yet."""
+    names = ", ".join(str(r) for r in missing)
+    if not routing.managed:
+        if [r.operation for r in missing] == ["DELETE"]:
+            return "ProviderNotRouted", not_routed(cs, provider_type)
+        return "ProviderNotRouted", (
+            f"no webhook sends the gate {names}, so {cs.provider} is not enforced as specified; add rules for "
+            f"them to a ValidatingWebhookConfiguration calling the gate, or run it with --manage-provider-webhooks")
+    if routing.error:
+        return "RoutingFailed", (f"the gate could not route {names} (ValidatingWebhookConfiguration "
+                                 f"{PROVIDERS_CONFIGURATION}): {routing.error}")
+    return "RoutePending", (f"the gate has not yet routed {names} (ValidatingWebhookConfiguration "
+                            f"{PROVIDERS_CONFIGURATION}); {cs.provider} is not enforced until it has")
 
 
 def not_routed(cs: CriticalService, provider_type: GroupResource) -> str:

@@ -41,11 +41,14 @@ class StatusWriter:
     def __init__(self, *, api_client: Any, source: StateSource, identity: str,
                  namespace: str = "criticalsvc-system", lease_name: str = "criticalsvc-status",
                  interval: float = 5.0, clock: Callable[[], float] = time.time,
-                 recorder: EventRecorder | None = None, replayer: Any = None) -> None:
+                 recorder: EventRecorder | None = None, replayer: Any = None, router: Any = None) -> None:
         self.api_client = api_client
         # The LiveReplayer (criticalsvc/replayer.py) when replay is on: its intents and permission checks
         # go into status.deletionIntents and the ReplayPermitted condition.
         self.replayer = replayer
+        # The WebhookRouter (criticalsvc/webhookrouter.py) when the gate manages provider routes: its facts
+        # decide whether Ready says Enforcing, RoutePending or RoutingFailed.
+        self.router = router
         self.source = source
         self.identity = identity
         self.namespace = namespace
@@ -77,6 +80,7 @@ class StatusWriter:
         for cs in services:
             try:
                 status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)),
+                                        routing=self.router.facts if self.router is not None else None,
                                         **self._replay_facts(cs, state))
             except StateUnavailable:
                 continue

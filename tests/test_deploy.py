@@ -367,6 +367,8 @@ ALLOWED_WRITES = {
     ("criticalsvc.io", "criticalservices/status"): "ClusterRole",
     ("coordination.k8s.io", "leases"): "Role",
     ("", "configmaps"): "Role",  # deletion intents, in the gate's own namespace
+    # its own webhook configuration criticalsvc-providers (criticalsvc/routing.py)
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): "ClusterRole",
 }
 
 
@@ -420,6 +422,22 @@ def test_the_namespaced_roles_live_in_the_gate_namespace(base: list[Obj]) -> Non
     for rule in role["rules"]:
         if set(rule["verbs"]) & {"get", "update"}:
             assert rule["resourceNames"] == ["criticalsvc-status"]
+
+
+def test_the_webhook_router_writes_only_its_own_configuration(base: list[Obj]) -> None:
+    """get on the shipped configuration and the owned one, update/patch on the owned one only, create
+    unrestricted (RBAC cannot limit it by name), no delete and no list/watch."""
+    from criticalsvc.routing import PROVIDERS_CONFIGURATION, SHIPPED_CONFIGURATION
+
+    grants: dict[str, set[str] | None] = {}
+    for _role, rule in rules(base):
+        if "validatingwebhookconfigurations" not in rule.get("resources", []):
+            continue
+        for verb in rule["verbs"]:
+            names = rule.get("resourceNames")
+            grants[verb] = set(names) if names is not None else None
+    assert grants == {"get": {SHIPPED_CONFIGURATION, PROVIDERS_CONFIGURATION}, "update": {PROVIDERS_CONFIGURATION},
+                      "patch": {PROVIDERS_CONFIGURATION}, "create": None}
 
 
 def test_the_reader_role_aggregates_and_covers_what_the_gate_watches(base: list[Obj]) -> None:

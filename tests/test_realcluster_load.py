@@ -18,7 +18,7 @@ from tests.realcluster.teardown import RetryingDeleter, Story, apply_story
 pytestmark = pytest.mark.realcluster
 
 # What the status writer and leader election write or read: not on the decision path.
-BOOKKEEPING = frozenset({"leases", "events", "criticalservices/status"})
+BOOKKEEPING = frozenset({"leases", "events", "criticalservices/status", "validatingwebhookconfigurations"})
 
 
 def _reads(requests: list[dict[str, str]]) -> Counter[str]:

@@ -93,6 +93,13 @@ def register(sub: Any) -> None:
                         "(spec.replayDeletion: WhenTearingDown; default %(default)g)")
     p.add_argument("--replay-ttl", type=float, default=TIME_TO_LIVE, metavar="SECONDS",
                    help="how long any deletion intent lives (default %(default)g)")
+    p.add_argument("--manage-provider-webhooks", action=argparse.BooleanOptionalAction, default=True,
+                   help="let the leader write the ValidatingWebhookConfiguration criticalsvc-providers that sends the "
+                        "gate the DELETEs (and held UPDATEs) of every CriticalService's provider type the shipped "
+                        "configuration does not route (default: on; off also with --no-status)")
+    p.add_argument("--webhook-configuration", default="criticalsvc", metavar="NAME",
+                   help="the shipped ValidatingWebhookConfiguration: only read, to copy its clientConfig into and "
+                        "own criticalsvc-providers (default: %(default)s)")
     embedded = p.add_argument_group("embedded cluster (no real cluster needed)")
     embedded.add_argument("--embedded", action="store_true",
                           help="start the simulated API server (stand-in) with its controllers, install the CRD, "
@@ -224,6 +231,7 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
 
         tasks: list[asyncio.Task[Any]] = []
         on_decision = None
+        manages_routes = False
         if args.state:
             from ..manifests import load_path
             from ..snapshot import build_state
@@ -254,6 +262,13 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
                                         post_event=writer.post_event, on_change=writer.poke, metrics=metrics,
                                         arm_window=args.replay_arm_window, time_to_live=args.replay_ttl)
                 writer.replayer = replayer
+                if args.manage_provider_webhooks:
+                    from ..webhookrouter import WebhookRouter
+
+                    router = WebhookRouter(transport, cache, cache.mapper, shipped=args.webhook_configuration,
+                                           metrics=metrics, post_event=writer.post_event, on_change=writer.poke)
+                    writer.router, manages_routes = router, True
+                    tasks.append(asyncio.create_task(router.run(lambda: writer.leading), name="webhook-router"))
                 tasks += [asyncio.create_task(writer.run_elected(), name="status-writer"),
                           asyncio.create_task(writer.run_events(), name="event-writer"),
                           asyncio.create_task(replayer.run(lambda: writer.leading), name="replayer"),
@@ -264,7 +279,7 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
                     replayer.record(request, decision)
 
         webhook = Webhook(source, confirm=confirm, needs_confirmation=needs_confirmation, metrics=metrics,
-                          max_body_bytes=args.max_body_bytes, on_decision=on_decision)
+                          max_body_bytes=args.max_body_bytes, on_decision=on_decision, manages_routes=manages_routes)
         service = Service(webhook, listen=listen, tls=tls, ops_listen=ops_listen,
                           cert_check_interval=args.cert_check_interval)
         stack.callback(service.close)

@@ -51,7 +51,7 @@ from .store import (
     gate_hook,
 )
 from .timeline import Timeline, gate_message
-from .webhooks import RegisteredWebhook
+from .webhooks import DEFAULT_RULES, ProviderRoutesRule, RegisteredWebhook, WebhookRule
 
 STALL_WINDOW = 1200.0
 MAX_TIME = 7 * 24 * 3600.0  # a safety net far beyond any backoff: a week of virtual time
@@ -131,8 +131,12 @@ class Cluster:
         # (spec.replayDeletion: WhenTearingDown), so it is always there, as in the live gate's leader.
         self.replayer = replayer(self.store, self.engine, self.timeline) if gate and replayer is not None else None
         if gate:
-            hook = gate_hook(self.store, on_decision=self.replayer.record if self.replayer is not None else None)
-            self.store.webhooks.append(RegisteredWebhook(hook, failure_policy=failure_policy))
+            hook = gate_hook(self.store, on_decision=self.replayer.record if self.replayer is not None else None,
+                             manages_routes=True)
+            # The shipped rules plus the ones the gate's router writes (criticalsvc/routing.py), as deploy/ with
+            # serve's default --manage-provider-webhooks.
+            rules: tuple[WebhookRule | ProviderRoutesRule, ...] = (*DEFAULT_RULES, ProviderRoutesRule(self.store.state))
+            self.store.webhooks.append(RegisteredWebhook(hook, rules=rules, failure_policy=failure_policy))
         self.seed = seed
         self.rng = random.Random(seed)
         # The controllers draw from a stream of their own, so the same seed gives the same finalizer and

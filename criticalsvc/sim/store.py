@@ -525,14 +525,15 @@ class Store:
         return dict(render_review(request, version=t.version if t else "v1"))
 
 
-def gate_hook(store: Store, *, on_decision: Callable[[AdmissionRequest, Decision], None] | None = None
-              ) -> AdmissionHook:
+def gate_hook(store: Store, *, on_decision: Callable[[AdmissionRequest, Decision], None] | None = None,
+              manages_routes: bool = False) -> AdmissionHook:
     """The real decision function as an in-process webhook reading this store's state; `on_decision`
-    sees every decision, as the live server's hook does (the replayer records intents from it)."""
+    sees every decision, as the live server's hook does (the replayer records intents from it).
+    `manages_routes`: the webhook also has the provider routes (webhooks.ProviderRoutesRule)."""
 
     def hook(review: dict[str, Any]) -> dict[str, Any]:
         request = parse_review(review)
-        decision = decide(request, store.state)
+        decision = decide(request, store.state, manages_routes=manages_routes)
         if on_decision is not None:
             on_decision(request, decision)
         return dict(render_response(request.uid, decision))

@@ -27,6 +27,15 @@ and objectSelector evaluated on the request's `object` and `oldObject`, matching
 null one never (so on DELETE only oldObject's labels count) [O1]. matchConditions are not modelled.
 Admission-configuration objects themselves are never sent to webhooks [D5].
 
+Configurations as API objects: `follow_configurations` registers the webhooks of every
+ValidatingWebhookConfiguration stored in the store, and re-registers them when one is updated or deleted,
+as kube-apiserver's configuration manager does from its informer [O2] (without its short lag: the next
+write already sees the change). `serve --embedded` stores the shipped configuration and follows, so the
+configuration the gate writes for provider types (criticalsvc/webhookrouter.py) takes effect on the stand-in
+exactly as on a real API server, and the garbage collector removes it with its owner.
+
+[O2] https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/configuration/validating_webhook_manager.go
+
 [O1] https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/object/matcher.go
 """
 
@@ -44,7 +53,7 @@ import httpx
 from ..api import NAMESPACES, GroupResource
 from ..errors import CriticalsvcError, InvalidInput, InvalidSpec
 from ..labels import LabelSelector, parse_label_selector
-from .store import Store
+from .store import Store, WatchEvent
 from .webhooks import EXEMPT, RegisteredWebhook, WebhookRule, selects
 
 __all__ = [
@@ -54,6 +63,7 @@ __all__ = [
     "RuleSpec",
     "WebhookCallError",
     "WebhookClient",
+    "follow_configurations",
     "register_webhooks",
     "verify_response",
     "webhooks_from_configuration",
@@ -323,3 +333,41 @@ def register_webhooks(store: Store, config: Mapping[str, Any], **kwargs: Any) ->
     webhooks = webhooks_from_configuration(config, store=store, **kwargs)
     store.webhooks.extend(webhooks)
     return webhooks
+
+
+VALIDATING_CONFIGURATIONS = GroupResource("admissionregistration.k8s.io", "validatingwebhookconfigurations")
+
+
+def follow_configurations(store: Store, **kwargs: Any) -> Callable[[], None]:
+    """Keep `store.webhooks` in step with the stored ValidatingWebhookConfigurations (see the module doc);
+    `kwargs` as for webhooks_from_configuration. Registers those stored already; returns the unsubscriber.
+
+    A configuration that does not register (a field the API server would have refused) contributes no
+    webhook, as the API server would not have stored it."""
+    by_name: dict[str, list[ConfiguredWebhook]] = {}
+
+    def drop(name: str) -> None:
+        for webhook in by_name.pop(name, []):
+            if webhook in store.webhooks:
+                store.webhooks.remove(webhook)
+            webhook.close()
+
+    def apply(kind: str, config: Mapping[str, Any]) -> None:
+        name = str((config.get("metadata") or {}).get("name") or "")
+        drop(name)
+        if kind == "DELETED":
+            return
+        try:
+            webhooks = webhooks_from_configuration(config, store=store, **kwargs)
+        except (InvalidSpec, InvalidInput):
+            return
+        by_name[name] = webhooks
+        store.webhooks.extend(webhooks)
+
+    def on_event(event: WatchEvent) -> None:
+        if event.group_resource == VALIDATING_CONFIGURATIONS:
+            apply(event.type, event.object)
+
+    for config in store.list(VALIDATING_CONFIGURATIONS):
+        apply("ADDED", config)
+    return store.subscribe(on_event)

@@ -25,6 +25,8 @@ from ..api import (
     GroupResource,
 )
 from ..labels import LabelSelector, Requirement
+from ..routing import Route, desired_routes
+from ..state import MemoryState
 
 WEBHOOK_NAME = "gate.criticalsvc.io"
 
@@ -97,12 +99,33 @@ DEFAULT_RULES: tuple[WebhookRule, ...] = (
 )
 
 
+@attrs.frozen
+class ProviderRoutesRule:
+    """The rules of the gate's own configuration criticalsvc-providers (criticalsvc/routing.py), from the
+    CriticalServices in `state` at each request: the same pure function the live router writes from, so
+    the simulator routes a ConfigMap or custom-resource provider as a cluster whose gate manages routes
+    does. The simplest faithful model: the live router's lag (about a second, a poll) is not simulated,
+    so a route exists from the moment its CriticalService is stored. DELETEs carry the kind-specific
+    webhooks' objectSelector (labelled objects go to the labelled-objects rule alone)."""
+
+    state: MemoryState
+
+    def matches(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
+                old: Mapping[str, Any] | None) -> bool:
+        if gr in EXEMPT:
+            return False
+        rules = desired_routes(self.state.critical_services(), self.state.mapper.lookup)
+        if Route(operation, gr) not in {r.route for r in rules}:
+            return False
+        return operation != "DELETE" or selects(NOT_DELETION_PROTECTED_SELECTOR, obj, old)
+
+
 @attrs.define
 class RegisteredWebhook:
     """A registered validating webhook, as a ValidatingWebhookConfiguration entry describes it."""
 
     hook: AdmissionHook
-    rules: tuple[WebhookRule, ...] = DEFAULT_RULES
+    rules: tuple[WebhookRule | ProviderRoutesRule, ...] = DEFAULT_RULES
     failure_policy: Literal["Fail", "Ignore"] = "Fail"
     name: str = WEBHOOK_NAME
     # namespaceSelector exclusions by name (kubernetes.io/metadata.name NotIn [...]).

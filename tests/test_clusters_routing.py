@@ -1,0 +1,216 @@
+"""Gate any kind (issue 11), on both clusters: a CriticalService whose provider is a ConfigMap, a PVC, a
+Service or a custom resource is enforced once the gate has written its route into its own webhook
+configuration criticalsvc-providers (criticalsvc/routing.py, criticalsvc/webhookrouter.py); the
+shipped configuration `criticalsvc` is never written. On the real control plane only: the owned
+configuration is garbage-collected with the shipped one (kube-controller-manager's garbage collector),
+and without the RBAC to write it status says RoutingFailed."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from criticalsvc.api import GroupResource
+from criticalsvc.routing import PROVIDERS_CONFIGURATION, Route, routes_of
+from tests.backends import Backend, RealBackend, unique
+from tests.realcluster.teardown import wait_for
+
+CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
+CLUSTERROLES = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def _crd(group: str) -> dict[str, Any]:
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"widgets.{group}"},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}}
+
+
+def _service(name: str, group: str, resource: str, namespace: str, provider: str, blocker: str) -> dict[str, Any]:
+    return {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": name},
+            "spec": {"provider": {"group": group, "resource": resource, "namespace": namespace, "name": provider},
+                     "criteria": [{"type": "SpecificResource", "specificResource": {
+                         "resource": "configmaps", "namespace": namespace, "name": blocker}}]}}
+
+
+def _create(cluster: Backend, service: dict[str, Any]) -> None:
+    """Create a CriticalService; the gate refuses it (fail closed) until the caches of the types the previous
+    one named have synced, so this is retried until then."""
+    def created() -> bool:
+        response = cluster.admin.create(CRITICAL_SERVICES, service)
+        assert response.status_code == 201 or "has not synced" in response.text, response.text
+        return response.status_code == 201
+
+    wait_for(created, timeout=60, what=f"CriticalService {service['metadata']['name']} created")
+
+
+def _ready(cluster: Backend, name: str) -> dict[str, Any]:
+    cs = cluster.admin.get(f"{CRITICAL_SERVICES}/{name}") or {}
+    return next((c for c in (cs.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"), {})
+
+
+def _routes(cluster: Backend) -> frozenset[Route]:
+    return routes_of(cluster.admin.get(f"{CONFIGURATIONS}/{PROVIDERS_CONFIGURATION}"))
+
+
+def _shipped_version(cluster: Backend) -> str:
+    shipped = cluster.admin.get(f"{CONFIGURATIONS}/criticalsvc")
+    assert shipped is not None
+    return str(shipped["metadata"]["resourceVersion"])
+
+
+@pytest.fixture
+def widgets(cluster: Backend) -> Iterator[str]:
+    """A CRD of its own (a unique group) and a ClusterRole that lets the gate read what these tests name."""
+    group = f"{unique('w')}.example.com"
+    reader = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+              "metadata": {"name": f"read-{group}", "labels": {"criticalsvc.io/aggregate-to-reader": "true"}},
+              "rules": [{"apiGroups": [""], "resources": ["configmaps", "persistentvolumeclaims", "services"],
+                         "verbs": ["get", "list", "watch"]},
+                        {"apiGroups": [group], "resources": ["widgets"], "verbs": ["get", "list", "watch"]}]}
+    assert cluster.admin.create(CLUSTERROLES, reader).status_code == 201
+    assert cluster.admin.create(CRDS, _crd(group)).status_code == 201
+    wait_for(lambda: cluster.admin.get(f"/apis/{group}/v1") is not None, timeout=60, what=f"{group}/v1 served")
+    try:
+        yield group
+    finally:
+        cluster.admin.delete(f"{CRDS}/widgets.{group}")
+        cluster.admin.delete(f"{CLUSTERROLES}/read-{group}")
+
+
+def test_providers_of_any_kind_are_gated_once_routed(cluster: Backend, namespace: str, widgets: str) -> None:
+    """ConfigMap, PVC, Service and custom-resource providers with an unmet criterion: kubectl delete is refused
+    by the providers webhook, Ready says Enforcing; once the CriticalServices go, so do their routes; the shipped
+    configuration is never written."""
+    shipped_version = _shipped_version(cluster)
+    ns = f"/api/v1/namespaces/{namespace}"
+    assert cluster.admin.create(f"{ns}/configmaps", {"metadata": {"name": "blocker"}}).status_code == 201
+    assert cluster.admin.create(f"{ns}/configmaps", {"metadata": {"name": "cfg"}}).status_code == 201
+    claim = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                                                   "resources": {"requests": {"storage": "1Gi"}}}}
+    assert cluster.admin.create(f"{ns}/persistentvolumeclaims", claim).status_code == 201
+    svc = {"metadata": {"name": "api"}, "spec": {"ports": [{"port": 80}], "selector": {"app": "api"}}}
+    assert cluster.admin.create(f"{ns}/services", svc).status_code == 201
+    widget = {"apiVersion": f"{widgets}/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    assert cluster.admin.create(f"/apis/{widgets}/v1/namespaces/{namespace}/widgets", widget).status_code == 201
+
+    providers = {  # CriticalService -> (group, resource as written, kubectl's name of the provider)
+        unique("cm"): ("", "ConfigMap", "configmap/cfg"),
+        unique("pvc"): ("", "persistentvolumeclaims", "pvc/data"),
+        unique("svc"): ("", "svc", "service/api"),
+        unique("widget"): (widgets, "widgets", f"widgets.{widgets}/w"),
+    }
+    try:
+        for name, (group, resource, target) in providers.items():
+            _create(cluster, _service(name, group, resource, namespace, target.split("/")[1], "blocker"))
+        for name, (_, _, target) in providers.items():
+            wait_for(lambda n=name: _ready(cluster, n).get("reason") == "Enforcing", timeout=60,
+                     what=f"{name} Ready=True/Enforcing")
+            refused = cluster.kubectl("delete", "-n", namespace, target, "--wait=false")
+            assert refused.returncode != 0, refused.stdout
+            assert 'admission webhook "providers.gate.criticalsvc.io" denied the request' in refused.stderr
+            assert f"CriticalService {name} protects it until: configmaps {namespace}/blocker still exists" \
+                in refused.stderr
+        widget_route = Route("DELETE", GroupResource(widgets, "widgets"))
+        assert widget_route in _routes(cluster)
+
+        assert cluster.admin.delete(f"{ns}/configmaps/blocker").status_code == 200
+        for _name, (_, _, target) in providers.items():
+            wait_for(lambda t=target: cluster.kubectl("delete", "-n", namespace, t, "--wait=false").returncode == 0,
+                     timeout=60, what=f"{target} deletable once the criterion holds")
+        # The real control plane runs no PVC-protection controller: its finalizer is removed as that would.
+        cluster.admin.merge_patch(f"{ns}/persistentvolumeclaims/data", {"metadata": {"finalizers": None}})
+        for name in providers:
+            wait_for(lambda n=name: cluster.admin.delete(f"{CRITICAL_SERVICES}/{n}").status_code in (200, 404),
+                     timeout=60, what=f"CriticalService {name} deleted")
+        wait_for(lambda: widget_route not in _routes(cluster), timeout=60,
+                 what="the widgets route removed with its CriticalService")
+        assert _shipped_version(cluster) == shipped_version
+    finally:
+        for name in providers:
+            cluster.admin.delete(f"{CRITICAL_SERVICES}/{name}")
+
+
+def _widget_service(cluster: Backend, namespace: str, group: str) -> str:
+    ns = f"/api/v1/namespaces/{namespace}"
+    assert cluster.admin.create(f"{ns}/configmaps", {"metadata": {"name": "blocker"}}).status_code == 201
+    widget = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    assert cluster.admin.create(f"/apis/{group}/v1/namespaces/{namespace}/widgets", widget).status_code == 201
+    name = unique("widget")
+    _create(cluster, _service(name, group, "widgets", namespace, "w", "blocker"))
+    return name
+
+
+def _release(cluster: Backend, namespace: str, group: str, name: str) -> None:
+    """Let the widget go (its criterion met), then its CriticalService (which goes after its provider)."""
+    cluster.admin.delete(f"/api/v1/namespaces/{namespace}/configmaps/blocker")
+    widget = f"/apis/{group}/v1/namespaces/{namespace}/widgets/w"
+    wait_for(lambda: cluster.admin.delete(widget).status_code in (200, 404), timeout=60, what="the widget deleted")
+    wait_for(lambda: cluster.admin.delete(f"{CRITICAL_SERVICES}/{name}").status_code in (200, 404), timeout=60,
+             what="the CriticalService deleted")
+
+
+@pytest.mark.realcluster
+def test_the_owned_configuration_goes_with_the_shipped_one(cluster: Backend, namespace: str, widgets: str) -> None:
+    """The owned configuration names the shipped one as its owner; deleting the shipped one (the way out of an
+    outage) lets kube-controller-manager's garbage collector delete it. The shipped one is put back after."""
+    if not isinstance(cluster, RealBackend):
+        pytest.skip("the garbage collector of the real control plane")
+    name = _widget_service(cluster, namespace, widgets)
+    shipped = cluster.admin.get(f"{CONFIGURATIONS}/criticalsvc")
+    assert shipped is not None
+    try:
+        wait_for(lambda: _ready(cluster, name).get("reason") == "Enforcing", timeout=60, what="Ready=True")
+        owned = cluster.admin.get(f"{CONFIGURATIONS}/{PROVIDERS_CONFIGURATION}")
+        assert owned is not None
+        (owner,) = owned["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("ValidatingWebhookConfiguration", "criticalsvc",
+                                                                 shipped["metadata"]["uid"])
+        assert cluster.admin.delete(f"{CONFIGURATIONS}/criticalsvc").status_code == 200
+        wait_for(lambda: not cluster.admin.exists(f"{CONFIGURATIONS}/{PROVIDERS_CONFIGURATION}"), timeout=60,
+                 what="the garbage collector to delete criticalsvc-providers")
+        wait_for(lambda: _ready(cluster, name).get("reason") == "RoutingFailed", timeout=60,
+                 what="Ready=False/RoutingFailed while the shipped configuration is gone")
+    finally:
+        if not cluster.admin.exists(f"{CONFIGURATIONS}/criticalsvc"):
+            again = copy.deepcopy(shipped)
+            again["metadata"] = {k: v for k, v in shipped["metadata"].items() if k in ("name", "labels", "annotations")}
+            assert cluster.admin.create(CONFIGURATIONS, again).status_code == 201
+        wait_for(lambda: _ready(cluster, name).get("reason") == "Enforcing", timeout=60,
+                 what="the route written again, owned by the new shipped configuration")
+        _release(cluster, namespace, widgets, name)
+
+
+@pytest.mark.realcluster
+def test_without_rbac_for_webhook_configurations_ready_says_routing_failed(
+        cluster: Backend, namespace: str, widgets: str) -> None:
+    """The gate's binding to criticalsvc-webhook-router removed: Ready=False/RoutingFailed naming the API's
+    answer; put back: Enforcing."""
+    if not isinstance(cluster, RealBackend):
+        pytest.skip("RBAC of the real control plane")
+    bindings = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+    binding = cluster.admin.get(f"{bindings}/criticalsvc-webhook-router")
+    assert binding is not None
+    assert cluster.admin.delete(f"{bindings}/criticalsvc-webhook-router").status_code == 200
+    name = ""
+    try:
+        name = _widget_service(cluster, namespace, widgets)
+        wait_for(lambda: _ready(cluster, name).get("reason") == "RoutingFailed", timeout=60,
+                 what="Ready=False/RoutingFailed without the grant")
+        message = _ready(cluster, name)["message"]
+        assert "forbidden" in message.lower() and f"DELETE widgets.{widgets}" in message, message
+    finally:
+        if not cluster.admin.exists(f"{bindings}/criticalsvc-webhook-router"):
+            again = {**binding, "metadata": {"name": binding["metadata"]["name"],
+                                             "labels": binding["metadata"].get("labels") or {}}}
+            assert cluster.admin.create(bindings, again).status_code == 201
+    wait_for(lambda: _ready(cluster, name).get("reason") == "Enforcing", timeout=60,
+             what="Ready=True once the grant is back")
+    _release(cluster, namespace, widgets, name)
