@@ -127,7 +127,7 @@ def test_appcat_example(cluster: Backend) -> None:
                  timeout=60, what="the namespace to be refused, naming the missing grant, while the composite "
                  "type cannot be read")
     _apply(cluster, "appcat.yaml")
-    gone = "xpostgresqls.appcat.example.io pg1 is gone"
+    gone = "xpostgresqls.appcat.example.io pg1 still exists"
     try:
         wait_for(lambda: _refused(_dry_delete(cluster, "namespace", ns), "CriticalService appcat-pg1-namespace",
                                   gone),
@@ -159,7 +159,7 @@ def test_crossplane_usage_example(cluster: Backend) -> None:
     try:
         wait_for(lambda: _refused(_dry_delete(cluster, "clusters.compute.example.org", "prod-cluster"),
                                   "CriticalService prod-cluster-used-by-app-release",
-                                  "releases.helm.example.org app-release is gone"),
+                                  "releases.helm.example.org app-release still exists"),
                  timeout=90, what="the used Cluster to be refused (its type routed to the gate)")
         if cluster.name == "real":
             wait_for(lambda: _condition(cluster, "prod-cluster-used-by-app-release", "ReplayPermitted") == "True",
