@@ -298,7 +298,7 @@ def _provider_here(cs: CriticalService, namespace: str, state: ClusterState) -> 
     if isinstance(cs.provider, ObjectRef):
         return f"protects {cs.provider}, which lives in this namespace," if state.get(cs.provider) is not None else ""
     members = provider_objects(cs.provider, state, namespace=namespace)
-    return f"protects {cs.provider}, of which {_some(members)} live in this namespace," if members else ""
+    return f"protects {cs.provider}: {_some(members)} in this namespace," if members else ""
 
 
 def _some(objects: Collection[KubeObject]) -> str:
