@@ -200,7 +200,10 @@ class LiveState:
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
         # A selector without a namespace may select objects in any: the decision LISTs them there.
-        return [cs for cs in self.critical_services() if cs.provider.namespace in (namespace, None)]
+        # (not one over a cluster-scoped type, such as namespaces: it selects nothing inside a namespace).
+        return [cs for cs in self.critical_services() if cs.provider.namespace == namespace or (
+            cs.provider.namespace is None
+            and getattr(self.resource_type(cs.provider.group_resource), "namespaced", True))]
 
 
 def _counts(obj: KubeObject, condition: Condition | None) -> bool:

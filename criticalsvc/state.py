@@ -438,7 +438,11 @@ class MemoryState:
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
         here = list(self._by_provider_ns.get(namespace, {}).values())
-        return [*here, *self._selectors_anywhere.values()] if self._selectors_anywhere else here
+        if not self._selectors_anywhere:
+            return here
+        # A selector over a cluster-scoped type (namespaces, say) selects nothing inside a namespace.
+        return [*here, *(cs for cs in self._selectors_anywhere.values()
+                         if getattr(self.mapper.lookup(cs.provider.group_resource), "namespaced", True))]
 
     # --- conveniences -----------------------------------------------------------------------------
     def objects(self, gr: GroupResource | None = None) -> Iterator[KubeObject]:
