@@ -99,6 +99,33 @@ class ObjectRef:
         return f"{self.group_resource} {self.key}"
 
 
+@attrs.frozen
+class ProviderSelector:
+    """A provider that is a set: every object of `group_resource` (in `namespace`, when given) whose labels
+    match `selector` - "every PVC labelled app=db in namespace shop" (spec.provider.selector, issue 11).
+
+    The set is evaluated whenever the gate decides, like a named provider is looked up then: an object
+    labelled into it later is protected from then on, and one relabelled out of it is not.
+    """
+
+    group_resource: GroupResource
+    namespace: str | None
+    selector: LabelSelector
+
+    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """Is an object of this type, in `namespace` ("" when cluster-scoped) with `labels`, in the set?"""
+        return (self.namespace is None or namespace == self.namespace) and self.selector.matches(labels)
+
+    def __str__(self) -> str:
+        where = f" in namespace {self.namespace}" if self.namespace else ""
+        sel = f" matching {self.selector}" if not self.selector.is_empty else ""
+        return f"every {self.group_resource}{where}{sel}"
+
+
+# What spec.provider names: one object, or a set of them by label selector.
+Provider = ObjectRef | ProviderSelector
+
+
 class Enforcement(enum.StrEnum):
     ENFORCE = "Enforce"
     WARN = "Warn"
@@ -190,7 +217,7 @@ class CriticalService:
     """A parsed CriticalService: what it protects, and when that may go away."""
 
     name: str
-    provider: ObjectRef
+    provider: Provider
     criteria: tuple[Criterion, ...]
     enforcement: Enforcement = Enforcement.ENFORCE
     replay_deletion: ReplayDeletion = ReplayDeletion.NEVER
@@ -243,7 +270,7 @@ def parse_spec(spec: Any, *, lenient_conditions: bool = False) -> CriticalServic
         raise InvalidSpec("spec", "required")
     _no_unknown(spec, {"provider", "criteria", "enforcement", "replayDeletion", "holdUpdates", "scaleToZero"},
                 "spec")
-    provider = _parse_object_ref(spec.get("provider"), "spec.provider", name_required=True)
+    provider = _parse_provider(spec.get("provider"), "spec.provider")
     raw_enforcement = spec.get("enforcement", Enforcement.ENFORCE.value)
     try:
         enforcement = Enforcement(raw_enforcement)
@@ -309,6 +336,29 @@ def _parse_criterion(raw: Any, path: str, lenient_conditions: bool = False) -> C
     namespace = _optional_namespace(body, here)
     selector = parse_label_selector(body.get("selector"), f"{here}.selector")
     return ResourcesCriterion(_parse_group_resource(body, here), namespace, selector, condition)
+
+
+def _parse_provider(raw: Any, path: str) -> Provider:
+    """One object by name, or (issue 11) every object of the type matching a label selector.
+
+    `selector: {}` is allowed and means every object of the type (in the namespace, when given): that is
+    what an empty metav1.LabelSelector means in the Kubernetes API that selects a set to protect, the
+    PodDisruptionBudget (policy/v1 PodDisruptionBudgetSpec.selector: "an empty ({}) selector will select
+    all pods within the namespace"; https://github.com/kubernetes/api/blob/master/policy/v1/types.go),
+    and "every PVC in namespace shop" is a set worth protecting; refusing it would only make users invent
+    a label. Because such a set may span the whole cluster, the webhook warns when it has no namespace
+    (decision.py, `_spec_warnings`).
+    """
+    if not isinstance(raw, Mapping):
+        raise InvalidSpec(path, "required")
+    _no_unknown(raw, {"group", "resource", "namespace", "name", "selector"}, path)
+    # A null is absent, as the API server prunes it; the CRD's CEL rule says the same (has()).
+    if (raw.get("name") is None) == (raw.get("selector") is None):
+        raise InvalidSpec(path, "set exactly one of name and selector")
+    if raw.get("selector") is None:
+        return _parse_object_ref({k: v for k, v in raw.items() if k != "selector"}, path, name_required=True)
+    selector = parse_label_selector(raw["selector"], f"{path}.selector")
+    return ProviderSelector(_parse_group_resource(raw, path), _optional_namespace(raw, path), selector)
 
 
 def _parse_object_ref(raw: Any, path: str, *, name_required: bool) -> ObjectRef:

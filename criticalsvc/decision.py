@@ -28,7 +28,8 @@ Denials carry code 403/Forbidden explicitly because the API server turns anythin
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -48,10 +49,12 @@ from .api import (
     Enforcement,
     GroupResource,
     ObjectRef,
+    ProviderSelector,
     parse_critical_service,
 )
 from .errors import DependencyCycle, InvalidSpec, StateUnavailable
-from .state import ClusterState
+from .objects import KubeObject
+from .state import ClusterState, provider_objects
 from .status import not_routed
 
 # Messages end up on a terminal after the API server's prefix; Kubernetes has no hard limit, but a
@@ -182,10 +185,11 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
     protected = False
     if gr == NAMESPACES:
         for cs in sorted(state.hosted_in(name), key=lambda c: c.name):
-            if state.get(cs.provider) is None:
+            here = _provider_here(cs, name, state)
+            if not here:
                 continue  # deleting the namespace cannot take down a provider that is not there
             protected = True
-            blocks += _criteria_blocks(cs, state, f"protects {_provider(cs)}, which lives in this namespace,")
+            blocks += _criteria_blocks(cs, state, here)
     if gr == CRITICAL_SERVICES:
         protected = True
         blocks += _service_blocks(request, name, state)
@@ -198,9 +202,11 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
             blocks.append(Block(
                 f"{some} (first: {', '.join(services[:3])}); deleting their CRD would remove them without "
                 "admission and lift all protection - delete them first"))
-    for cs in sorted(state.protecting(ref), key=lambda c: c.name):
+    # The labels decide for a provider selector: the request's oldObject's when sent, else the cached object's.
+    for cs in sorted(state.protecting(ref, labels), key=lambda c: c.name):
         protected = True
-        blocks += _criteria_blocks(cs, state, "protects it")
+        blocks += _criteria_blocks(cs, state, "protects it" if isinstance(cs.provider, ObjectRef) else
+                                   f"selects it by its labels ({cs.provider}) and protects it")
 
     return _conclude(ref, blocks, annotations, protected=protected)
 
@@ -235,7 +241,7 @@ def _could_be_gated(gr: GroupResource, namespace: str, state: ClusterState) -> b
         return True
     return any(
         (state.resolve(cs.provider.group_resource) or cs.provider.group_resource) == gr
-        and (not namespace or cs.provider.namespace == namespace)
+        and (not namespace or cs.provider.namespace in (namespace, None))
         for cs in state.critical_services()
     )
 
@@ -258,8 +264,13 @@ def _service_blocks(request: AdmissionRequest, name: str, state: ClusterState) -
         cs = next((c for c in state.critical_services() if c.name == name), None)
     if cs is None:
         return []  # an unparseable CriticalService protects nothing the gate could name
-    provider = state.get(cs.provider)
-    if provider is not None:
+    if isinstance(cs.provider, ProviderSelector):
+        # Every selected object is its provider: it waits for the last, terminating or not.
+        members = provider_objects(cs.provider, state)
+        if members:
+            return [Block(f"its provider set ({cs.provider}) still has {_some(members)}; a CriticalService goes "
+                          "after its provider", cs.name, cs.enforcement)]
+    elif (provider := state.get(cs.provider)) is not None:
         state_word = "is terminating" if provider.terminating else "still exists"
         return [Block(f"its provider {_provider(cs)} {state_word}; a CriticalService goes after its provider",
                       cs.name, cs.enforcement)]
@@ -291,6 +302,20 @@ def _conclude(ref: ObjectRef, blocks: list[Block], annotations: Mapping[str, Any
 
 def _provider(cs: CriticalService) -> str:
     return str(cs.provider)
+
+
+def _provider_here(cs: CriticalService, namespace: str, state: ClusterState) -> str:
+    """How `cs` protects something in `namespace`, for a denial; "" when no provider of it is there."""
+    if isinstance(cs.provider, ObjectRef):
+        return f"protects {cs.provider}, which lives in this namespace," if state.get(cs.provider) is not None else ""
+    members = provider_objects(cs.provider, state, namespace=namespace)
+    return f"protects {cs.provider}: {_some(members)} in this namespace," if members else ""
+
+
+def _some(objects: Collection[KubeObject]) -> str:
+    """`2 objects (first: a, b)`: a count and the first three, as criteria's descriptions name them."""
+    first = ", ".join(o.key for o in itertools.islice(objects, 3))
+    return f"{len(objects)} object{'s' if len(objects) != 1 else ''} (first: {first})"
 
 
 # --- CREATE / UPDATE of a CriticalService -----------------------------------------------------------
@@ -333,6 +358,9 @@ def _spec_warnings(cs: CriticalService, state: ClusterState, manages_routes: boo
                    "until it is")
     elif provider_type not in GATED_DELETES and not manages_routes:
         out.append(f"spec.provider: {not_routed(cs, provider_type)}")
+    if isinstance(cs.provider, ProviderSelector) and cs.provider.selector.is_empty and cs.provider.namespace is None:
+        out.append(f"spec.provider: an empty selector without a namespace selects every {cs.provider.group_resource} "
+                   "in the cluster; every one of them is protected")
     for i, c in enumerate(cs.criteria):
         named = criteria.named_resource(c)
         if state.resolve(named) is None:

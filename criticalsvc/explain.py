@@ -9,6 +9,7 @@ it could not be evaluated on (they block: the gate fails closed).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ from .api import CRD_NAME, CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService,
 from .criteria import Verdict
 from .decision import Decision, decide
 from .replay import DeletionIntent
-from .state import ClusterState
+from .state import ClusterState, provider_objects
 from .timestamps import format_rfc3339
 
 
@@ -109,11 +110,17 @@ def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | 
         reports.append(ServiceReport(cs, role, tuple(criteria.evaluate(c, state) for c in cs.criteria),
                                      tuple(criteria.excluded_objects(c, state) for c in cs.criteria)))
 
-    for cs in sorted(state.protecting(target), key=lambda c: c.name):
-        add(cs, "protects it (it is the provider)")
+    labels = _mapping(_mapping(obj.get("metadata")).get("labels"))
+    for cs in sorted(state.protecting(target, labels), key=lambda c: c.name):
+        add(cs, "protects it (it is the provider)" if isinstance(cs.provider, ObjectRef) else
+            f"selects it by its labels (spec.provider.selector: {cs.provider}) and protects it")
     if target.group_resource == NAMESPACES:
         for cs in sorted(state.hosted_in(target.name), key=lambda c: c.name):
-            add(cs, f"protects {cs.provider}, which lives in this namespace")
+            if isinstance(cs.provider, ObjectRef):
+                add(cs, f"protects {cs.provider}, which lives in this namespace")
+            elif members := provider_objects(cs.provider, state, namespace=target.name):
+                first = ", ".join(o.key for o in itertools.islice(members, 3))
+                add(cs, f"protects {cs.provider}, of which {len(members)} live in this namespace (first: {first})")
     if target.group_resource == CRITICAL_SERVICES:
         for cs in state.critical_services():
             if cs.name == target.name:
@@ -153,3 +160,7 @@ def render_text(e: Explanation) -> str:
     for w in e.decision.warnings:
         lines.append(f"  Warning: {w}")
     return "\n".join(lines) + "\n"
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

@@ -8,9 +8,19 @@ Two granularities, both networkx DiGraphs whose edges point from what must go fi
   criterion covering one's own provider, own namespace or oneself) is a teardown that can never
   finish; `check_no_cycle` rejects the spec that would close one.
 
+  A provider selector (spec.provider.selector) makes B's provider a set, including objects created
+  or labelled into it later, so it cannot be listed: B -> A when a criterion of A *may* count a member
+  of the set (`_may_cover`: the same type, compatible namespaces, and label selectors some labels meet
+  both, which `labels.may_overlap` decides exactly; a Finalizer criterion may count any member, and a
+  condition may be true for any). Without a namespace the set may live in any namespace, and each
+  namespace hosting a member waits for B's criteria, so B's teardown set holds every namespace then.
+  This is sound - no cycle through a selector is missed - and may refuse a spec whose overlap no object
+  will ever realise.
+
 * `teardown_graph` — one node per object of a bundle. Content goes before its namespace, instances
   before their CRD, objects a criterion covers before the provider and the provider's namespace, and
-  the provider (and its namespace) before the CriticalService. `phases` are the topological
+  the provider (and its namespace) before the CriticalService. A provider selector makes each object of
+  the bundle it selects a provider there, each waiting for the criteria. `phases` are the topological
   generations: the order in which things are gone when everything is deleted at once.
 """
 
@@ -23,32 +33,68 @@ import attrs
 import networkx as nx
 
 from . import criteria
-from .api import CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, GroupResource, ObjectRef
+from .api import (
+    CRDS,
+    CRITICAL_SERVICES,
+    NAMESPACES,
+    Criterion,
+    CriticalService,
+    FinalizerCriterion,
+    GroupResource,
+    ObjectRef,
+    ProviderSelector,
+    ResourcesCriterion,
+)
 from .errors import DependencyCycle
+from .labels import LabelSelector, may_overlap
 from .objects import KubeObject
 from .state import ClusterState
 
+# Types whose objects live in no namespace, so a provider selector over them holds no namespace back.
+_CLUSTER_SCOPED = frozenset({NAMESPACES, CRDS, CRITICAL_SERVICES})
 
-def _teardown_set(cs: CriticalService, state: ClusterState) -> list[tuple[KubeObject, str]]:
-    """What goes away as part of tearing `cs` down, each with the word used in messages."""
+
+def _teardown_set(cs: CriticalService, state: ClusterState) -> list[tuple[KubeObject | ProviderSelector, str]]:
+    """What goes away as part of tearing `cs` down, each with the word used in messages; a set a provider
+    selector may select is a (resolved) ProviderSelector."""
     gr = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
-    ref = attrs.evolve(cs.provider, group_resource=gr)
-    provider = state.get(ref) or KubeObject(gr, ref.namespace, ref.name)
-    out = [(provider, f"its provider {ref}")]
+    out: list[tuple[KubeObject | ProviderSelector, str]] = []
+    namespace = cs.provider.namespace
+    if isinstance(cs.provider, ProviderSelector):
+        out.append((attrs.evolve(cs.provider, group_resource=gr), f"its provider set ({cs.provider})"))
+        if namespace is None and gr not in _CLUSTER_SCOPED:
+            out.append((ProviderSelector(NAMESPACES, None, LabelSelector()), "the namespaces its provider set may "
+                        "live in"))
+    else:
+        ref = attrs.evolve(cs.provider, group_resource=gr)
+        out.append((state.get(ref) or KubeObject(gr, ref.namespace, ref.name), f"its provider {ref}"))
     out.append((KubeObject(CRITICAL_SERVICES, "", cs.name, labels=cs.labels), f"CriticalService {cs.name}"))
-    if ref.namespace:
-        ns_ref = ObjectRef(NAMESPACES, "", ref.namespace)
-        ns = state.get(ns_ref) or KubeObject(NAMESPACES, "", ref.namespace,
-                                             labels={"kubernetes.io/metadata.name": ref.namespace})
-        out.append((ns, f"its provider's namespace {ref.namespace}"))
+    if namespace:
+        ns_ref = ObjectRef(NAMESPACES, "", namespace)
+        ns = state.get(ns_ref) or KubeObject(NAMESPACES, "", namespace,
+                                             labels={"kubernetes.io/metadata.name": namespace})
+        out.append((ns, f"its provider's namespace {namespace}"))
     return out
+
+
+def _may_cover(criterion: Criterion, members: ProviderSelector, state: ClusterState) -> bool:
+    """May `criterion` count some object of the set `members` (now or later)? Sound, from types, namespaces
+    and selectors only: labels and finalizers of objects to come are unknown (module docstring)."""
+    if state.resolve(criteria.named_resource(criterion)) != members.group_resource:
+        return False
+    if isinstance(criterion, FinalizerCriterion):
+        return True
+    namespace = criterion.namespace if isinstance(criterion, ResourcesCriterion) else criterion.target.namespace
+    if namespace and members.namespace is not None and namespace != members.namespace:
+        return False
+    return not isinstance(criterion, ResourcesCriterion) or may_overlap(criterion.selector, members.selector)
 
 
 def service_graph(services: Iterable[CriticalService], state: ClusterState) -> nx.DiGraph:
     """CriticalService-level graph; edge B -> A carries `why` (which criterion covers what)."""
     services = list(services)
     graph = nx.DiGraph()
-    by_gr: dict[GroupResource, list[tuple[KubeObject, str, str]]] = defaultdict(list)
+    by_gr: dict[GroupResource, list[tuple[KubeObject | ProviderSelector, str, str]]] = defaultdict(list)
     for b in services:
         graph.add_node(b.name)
         for obj, word in _teardown_set(b, state):
@@ -59,7 +105,13 @@ def service_graph(services: Iterable[CriticalService], state: ClusterState) -> n
             if gr is None:
                 continue
             for obj, word, b_name in by_gr.get(gr, ()):
-                if criteria.covers(criterion, obj, state) and not graph.has_edge(b_name, a.name):
+                if graph.has_edge(b_name, a.name):
+                    continue
+                if isinstance(obj, ProviderSelector):
+                    if _may_cover(criterion, obj, state):
+                        graph.add_edge(b_name, a.name, why=f"{a.name}.spec.criteria[{i}] may wait for {word} of "
+                                       f"{b_name}")
+                elif criteria.covers(criterion, obj, state):
                     graph.add_edge(b_name, a.name, why=f"{a.name}.spec.criteria[{i}] waits for {word} of {b_name}")
     return graph
 
@@ -124,12 +176,7 @@ def teardown_graph(objects: Sequence[KubeObject], services: Iterable[CriticalSer
         if crd is not None:
             graph.add_edge(o.ref, crd, why="instances go before their CRD")
     for cs in services:
-        provider_gr = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
-        provider = attrs.evolve(cs.provider, group_resource=provider_gr)
-        waits = [provider]
-        if provider.namespace:
-            waits.append(ObjectRef(NAMESPACES, "", provider.namespace))
-        waits = [w for w in waits if w in present]
+        waits = [w for w in _waiting(cs, objects, state) if w in present]
         for o in objects:
             for i, criterion in enumerate(cs.criteria):
                 if criteria.covers(criterion, o, state):
@@ -140,6 +187,19 @@ def teardown_graph(objects: Sequence[KubeObject], services: Iterable[CriticalSer
             for w in waits:
                 graph.add_edge(w, cs.ref, why=f"{cs.name} goes after what it protects")
     return graph
+
+
+def _waiting(cs: CriticalService, objects: Sequence[KubeObject], state: ClusterState) -> list[ObjectRef]:
+    """What of a bundle waits for `cs`'s criteria: its provider, or every object its provider selector
+    selects, and the namespaces they live in."""
+    provider_gr = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
+    p = cs.provider
+    if isinstance(p, ObjectRef):
+        provider = attrs.evolve(p, group_resource=provider_gr)
+        return [provider, *((ObjectRef(NAMESPACES, "", provider.namespace),) if provider.namespace else ())]
+    members = [o.ref for o in objects if o.group_resource == provider_gr and p.matches(o.namespace, o.labels)]
+    namespaces = sorted({m.namespace for m in members if m.namespace} | ({p.namespace} if p.namespace else set()))
+    return [*members, *(ObjectRef(NAMESPACES, "", ns) for ns in namespaces)]
 
 
 def plan(objects: Sequence[KubeObject], services: Iterable[CriticalService], state: ClusterState) -> Plan:

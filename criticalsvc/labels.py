@@ -67,6 +67,38 @@ class LabelSelector:
         return ",".join(str(r) for r in self.requirements)
 
 
+def may_overlap(a: LabelSelector, b: LabelSelector) -> bool:
+    """Can one set of labels match both selectors? Exact, not a guess: the requirements are ANDed, so
+    the question is, key by key, whether some value (or the key's absence) meets all of them.
+
+    A key with DoesNotExist can be met only by absence, which In and Exists refuse and NotIn accepts;
+    otherwise In narrows the key to the values its lists share, NotIn removes values, and a key left
+    with Exists or NotIn only is met by a value no NotIn names (there are always more strings).
+    """
+    keys: dict[str, list[Requirement]] = {}
+    for r in (*a.requirements, *b.requirements):
+        keys.setdefault(r.key, []).append(r)
+    for requirements in keys.values():
+        allowed: frozenset[str] | None = None  # None: any value
+        forbidden: set[str] = set()
+        present = absent = False
+        for r in requirements:
+            if r.operator == "In":
+                allowed = r.values if allowed is None else allowed & r.values
+                present = True
+            elif r.operator == "NotIn":
+                forbidden |= r.values
+            elif r.operator == "Exists":
+                present = True
+            else:
+                absent = True
+        if absent and present:
+            return False
+        if not absent and allowed is not None and not allowed - forbidden:
+            return False
+    return True
+
+
 def parse_label_selector(raw: Any, path: str) -> LabelSelector:
     """Parse a metav1.LabelSelector mapping; errors name the field under `path`."""
     if raw is None:

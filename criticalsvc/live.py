@@ -9,7 +9,8 @@ API server's own watch cache and be just as stale as ours):
     get(ref)                 GET  .../<resource>/<name>
     select(gr, ns, sel)      LIST .../<resource>?labelSelector=<sel> (and again filtered here)
     with_finalizer(gr, f)    LIST .../<resource>, filtered here (no field selector exists for it)
-    critical_services()      LIST of criticalservices (protecting / hosted_in filter that list)
+    critical_services()      LIST of criticalservices (protecting / hosted_in filter that list; a provider
+                             selector is matched against the request's labels, or a fresh GET's)
     resolve(gr)              the cache's mapper when it knows the name; otherwise the group's fresh
                              discovery documents, so a type whose CRD appeared a moment ago is seen
 
@@ -44,7 +45,16 @@ import attrs
 
 from . import criteria
 from .admission import AdmissionRequest
-from .api import CRITICAL_SERVICES, NAMESPACES, VERSION, Criterion, CriticalService, GroupResource, ObjectRef
+from .api import (
+    CRITICAL_SERVICES,
+    NAMESPACES,
+    VERSION,
+    Criterion,
+    CriticalService,
+    GroupResource,
+    ObjectRef,
+    ProviderSelector,
+)
 from .cache.discovery import discover_group
 from .cache.transport import (
     ACCEPT_METADATA,
@@ -169,15 +179,31 @@ class LiveState:
         services: list[CriticalService] = self._answer(("services",), [])
         return services
 
-    def protecting(self, provider: ObjectRef) -> Collection[CriticalService]:
+    def protecting(self, provider: ObjectRef, labels: Mapping[str, str] | None = None) -> Collection[CriticalService]:
         target = self.resolve(provider.group_resource) or provider.group_resource
-        return [cs for cs in self.critical_services()
-                if (cs.provider.group_resource.group, cs.provider.namespace, cs.provider.name)
-                == (provider.group_resource.group, provider.namespace, provider.name)
-                and (self.resolve(cs.provider.group_resource) or cs.provider.group_resource) == target]
+        out: list[CriticalService] = []
+        for cs in self.critical_services():
+            p = cs.provider
+            if p.group_resource.group != provider.group_resource.group:
+                continue
+            if isinstance(p, ProviderSelector):
+                if labels is None:  # a fresh GET of the object: its labels now decide
+                    stored = self.get(provider)
+                    labels = stored.labels if stored is not None else {}
+                if not p.matches(provider.namespace, labels):
+                    continue
+            elif (p.namespace, p.name) != (provider.namespace, provider.name):
+                continue
+            if (self.resolve(p.group_resource) or p.group_resource) == target:
+                out.append(cs)
+        return out
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
-        return [cs for cs in self.critical_services() if cs.provider.namespace == namespace]
+        # A selector without a namespace may select objects in any: the decision LISTs them there.
+        # (not one over a cluster-scoped type, such as namespaces: it selects nothing inside a namespace).
+        return [cs for cs in self.critical_services() if cs.provider.namespace == namespace or (
+            cs.provider.namespace is None
+            and getattr(self.resource_type(cs.provider.group_resource), "namespaced", True))]
 
 
 def _counts(obj: KubeObject, condition: Condition | None) -> bool:

@@ -44,12 +44,13 @@ from .api import (
     CriticalService,
     GroupResource,
     ObjectRef,
+    ProviderSelector,
     ReplayDeletion,
 )
 from .decision import Decision, Rule, decide
 from .errors import InvalidInput
 from .objects import KubeObject
-from .state import ClusterState
+from .state import ClusterState, provider_objects
 from .timestamps import format_rfc3339
 
 # How long a Waiting intent may wait for its teardown to start. `kubectl delete -f` reaches objects in
@@ -203,7 +204,9 @@ def blockers(target: ObjectRef, state: ClusterState) -> Iterable[KubeObject]:
     gr = target.group_resource
     services: list[CriticalService] = list(state.protecting(target))
     if gr == NAMESPACES:
-        services += [cs for cs in state.hosted_in(target.name) if state.get(cs.provider) is not None]
+        services += [cs for cs in state.hosted_in(target.name)
+                     if (state.get(cs.provider) is not None if isinstance(cs.provider, ObjectRef)
+                         else provider_objects(cs.provider, state, namespace=target.name))]
     seen: set[ObjectRef] = set()
     for cs in services:
         for c in cs.criteria:
@@ -214,9 +217,11 @@ def blockers(target: ObjectRef, state: ClusterState) -> Iterable[KubeObject]:
     if gr == CRITICAL_SERVICES:
         service = next((c for c in state.critical_services() if c.name == target.name), None)
         if service is not None:
-            provider = state.get(service.provider)
-            if provider is not None:
-                yield provider
+            p = service.provider
+            members = list(provider_objects(p, state)) if isinstance(p, ProviderSelector) else \
+                [o for o in (state.get(p),) if o is not None]
+            if members:
+                yield from members
             elif service.provider.namespace:
                 namespace = state.get(ObjectRef(NAMESPACES, "", service.provider.namespace))
                 if namespace is not None:

@@ -276,7 +276,8 @@ class LiveReplayer:
             for cs in state.critical_services():
                 if cs.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN:
                     provider_type = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
-                    wanted |= replay_types(provider_type, namespaced=bool(cs.provider.namespace))
+                    # A selector without a namespace ("" is cluster-scoped, None is any) may select objects in any.
+                    wanted |= replay_types(provider_type, namespaced=cs.provider.namespace != "")
         now = self.clock()
         for gr in sorted(wanted):
             checked = self._access.get(gr)

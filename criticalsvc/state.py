@@ -11,8 +11,10 @@ Each question is answerable from an index, never by a scan of the cluster:
         (both take `condition=`: only the objects whose stored outcome of it is not False, i.e. those
         a criterion with that condition counts; criticalsvc/condition.py)
     critical_services()           every parsed CriticalService
-    protecting(ref)               CriticalServices whose provider is ref
-    hosted_in(namespace)          CriticalServices whose provider lives in namespace
+    protecting(ref, labels)       CriticalServices whose provider is ref, or whose provider selector
+                                  (spec.provider.selector) matches ref's namespace and `labels`
+    hosted_in(namespace)          CriticalServices whose provider lives in namespace, or whose provider
+                                  selector may select objects there (it names that namespace, or none)
 
 A state that cannot answer (cache not synced, live read failed) raises StateUnavailable.
 """
@@ -20,12 +22,12 @@ A state that cannot answer (cache not synced, live read failed) raises StateUnav
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterator
-from typing import Protocol
+from collections.abc import Collection, Iterator, Mapping
+from typing import Protocol, TypeVar
 
 from sortedcontainers import SortedList
 
-from .api import CriticalService, GroupResource, ObjectRef
+from .api import CriticalService, GroupResource, ObjectRef, ProviderSelector
 from .condition import Condition
 from .labels import LabelSelector
 from .objects import KubeObject
@@ -54,9 +56,25 @@ class ClusterState(Protocol):
 
     def critical_services(self) -> Collection[CriticalService]: ...
 
-    def protecting(self, provider: ObjectRef) -> Collection[CriticalService]: ...
+    def protecting(self, provider: ObjectRef, labels: Mapping[str, str] | None = None) -> Collection[CriticalService]:
+        """`labels`: the object's, matched against provider selectors (the decision passes the request's
+        oldObject's); None: the state's own copy's, if it holds the object."""
+        ...
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]: ...
+
+
+def provider_objects(provider: ProviderSelector, state: ClusterState, *,
+                     namespace: str | None = None) -> Collection[KubeObject]:
+    """The existing objects a provider selector selects (only those in `namespace`, when given), in
+    (namespace, name) order; none while its type is not served."""
+    if namespace is not None and provider.namespace is not None and namespace != provider.namespace:
+        return ()
+    gr = state.resolve(provider.group_resource)
+    if gr is None:
+        return ()
+    return state.select(gr, namespace=namespace if namespace is not None else provider.namespace,
+                        selector=provider.selector)
 
 
 class Matches(Collection[KubeObject]):
@@ -208,6 +226,19 @@ def _bounds(keys: SortedList, namespace: str | None) -> tuple[int, int]:
     return keys.bisect_left((namespace,)), keys.bisect_left((namespace + "\0",))
 
 
+_K = TypeVar("_K")
+
+
+def _discard(index: dict[_K, dict[str, CriticalService]], key: _K, name: str) -> None:
+    # Emptied buckets go too: a cluster that keeps creating and tearing down stacks (each with its own
+    # namespace and CriticalService) would otherwise keep an empty dict per stack forever.
+    bucket = index.get(key)
+    if bucket is not None:
+        bucket.pop(name, None)
+        if not bucket:
+            del index[key]
+
+
 class MemoryState:
     """An indexed, mutable ClusterState. The simulator's store, snapshots and the caches build on it.
 
@@ -228,6 +259,11 @@ class MemoryState:
         # is compared after resolution, so the index must not depend on its spelling.
         self._by_provider: dict[tuple[str, str, str], dict[str, CriticalService]] = defaultdict(dict)
         self._by_provider_ns: dict[str, dict[str, CriticalService]] = defaultdict(dict)
+        # Provider selectors by group (the resource may be a Kind, as above): a DELETE matches the labels
+        # of the few selectors on its group only, never every CriticalService. Those that name no
+        # namespace may select objects in any, so every namespace DELETE looks at them.
+        self._by_selector: dict[str, dict[str, CriticalService]] = defaultdict(dict)
+        self._selectors_anywhere: dict[str, CriticalService] = {}
 
     # --- writes ---------------------------------------------------------------------------------
     def upsert(self, obj: KubeObject) -> None:
@@ -297,26 +333,29 @@ class MemoryState:
         self.remove_critical_service(cs.name)
         self._services[cs.name] = cs
         p = cs.provider
+        if isinstance(p, ProviderSelector):
+            self._by_selector[p.group_resource.group][cs.name] = cs
+            if p.namespace is None:
+                self._selectors_anywhere[cs.name] = cs
+            else:
+                self._by_provider_ns[p.namespace][cs.name] = cs
+            return
         self._by_provider[(p.group_resource.group, p.namespace, p.name)][cs.name] = cs
         self._by_provider_ns[p.namespace][cs.name] = cs
 
     def remove_critical_service(self, name: str) -> CriticalService | None:
         old = self._services.pop(name, None)
-        if old is not None:
-            p = old.provider
-            key = (p.group_resource.group, p.namespace, p.name)
-            # Emptied buckets go too: a cluster that keeps creating and tearing down stacks (each with its
-            # own namespace and CriticalService) would otherwise keep an empty dict per stack forever.
-            by_provider = self._by_provider.get(key)
-            if by_provider is not None:
-                by_provider.pop(name, None)
-                if not by_provider:
-                    del self._by_provider[key]
-            by_namespace = self._by_provider_ns.get(p.namespace)
-            if by_namespace is not None:
-                by_namespace.pop(name, None)
-                if not by_namespace:
-                    del self._by_provider_ns[p.namespace]
+        if old is None:
+            return None
+        p = old.provider
+        if isinstance(p, ProviderSelector):
+            _discard(self._by_selector, p.group_resource.group, name)
+            self._selectors_anywhere.pop(name, None)
+            if p.namespace is not None:
+                _discard(self._by_provider_ns, p.namespace, name)
+        else:
+            _discard(self._by_provider, (p.group_resource.group, p.namespace, p.name), name)
+            _discard(self._by_provider_ns, p.namespace, name)
         return old
 
     def clear_resource(self, gr: GroupResource) -> None:
@@ -377,18 +416,33 @@ class MemoryState:
     def critical_services(self) -> Collection[CriticalService]:
         return list(self._services.values())
 
-    def protecting(self, provider: ObjectRef) -> Collection[CriticalService]:
+    def protecting(self, provider: ObjectRef, labels: Mapping[str, str] | None = None) -> Collection[CriticalService]:
         key = (provider.group_resource.group, provider.namespace, provider.name)
-        candidates = self._by_provider.get(key, {})
+        candidates = list(self._by_provider.get(key, {}).values())
+        selectors = self._by_selector.get(provider.group_resource.group)
+        if selectors:
+            if labels is None:
+                stored = self.get(provider)
+                labels = stored.labels if stored is not None else {}
+            candidates += [cs for cs in selectors.values() if isinstance(cs.provider, ProviderSelector)
+                           and cs.provider.matches(provider.namespace, labels)]
+        if not candidates:
+            return ()
         target = self.resolve(provider.group_resource) or provider.group_resource
-        return [
-            cs
-            for cs in candidates.values()
-            if (self.resolve(cs.provider.group_resource) or cs.provider.group_resource) == target
-        ]
+        return [cs for cs in candidates
+                if (self.resolve(cs.provider.group_resource) or cs.provider.group_resource) == target]
+
+    def selects_in(self, group: str) -> bool:
+        """Does some CriticalService select its provider by labels in API group `group`?"""
+        return group in self._by_selector
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
-        return list(self._by_provider_ns.get(namespace, {}).values())
+        here = list(self._by_provider_ns.get(namespace, {}).values())
+        if not self._selectors_anywhere:
+            return here
+        # A selector over a cluster-scoped type (namespaces, say) selects nothing inside a namespace.
+        return [*here, *(cs for cs in self._selectors_anywhere.values()
+                         if getattr(self.mapper.lookup(cs.provider.group_resource), "namespaced", True))]
 
     # --- conveniences -----------------------------------------------------------------------------
     def objects(self, gr: GroupResource | None = None) -> Iterator[KubeObject]:

@@ -21,7 +21,8 @@ writer that recomputes every few seconds does not churn it.
 
 `deletionIntents` lists the refused deletions the gate will replay (criticalsvc/replay.py), oldest first.
 
-`providerUID` records the uid of the provider last seen, so a provider deleted and re-created under
+`providers` counts the objects a provider selector (spec.provider.selector) selects now; for a named
+provider, `providerUID` records the uid of the provider last seen, so a provider deleted and re-created under
 the same name is visible (the design's open question on adoption); `blockers` names the first few
 unmet criteria with example objects, the same words the denial message uses.
 """
@@ -32,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import criteria
-from .api import CriticalService, Enforcement, GroupResource, ReplayDeletion
+from .api import CriticalService, Enforcement, GroupResource, ObjectRef, ProviderSelector, ReplayDeletion
 from .routing import PROVIDERS_CONFIGURATION, Route, RoutingFacts, needed_routes
-from .state import ClusterState
+from .state import ClusterState, provider_objects
 from .timestamps import format_rfc3339
 
 if TYPE_CHECKING:  # replay builds on decision, which builds on this module
@@ -69,7 +70,7 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     prev_conditions = (previous or {}).get("conditions") or []
     verdicts = [criteria.evaluate(c, state) for c in cs.criteria]
     unmet = [(i, v) for i, v in enumerate(verdicts) if not v.satisfied]
-    provider = state.get(cs.provider)
+    provider = state.get(cs.provider) if isinstance(cs.provider, ObjectRef) else None
     provider_type = state.resolve(cs.provider.group_resource)
     if provider_type is None:
         ready = _condition("Ready", False, "ProviderTypeNotServed",
@@ -109,7 +110,11 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     }
     if intents:
         status["deletionIntents"] = [_intent(i) for i in sorted(intents, key=lambda i: i.requested_at)[:MAX_INTENTS]]
-    if provider is not None and provider.uid:
+    if isinstance(cs.provider, ProviderSelector):
+        # A set has no one uid (and re-creation is what a selector is for): how many it selects now is news.
+        status["providers"] = len(provider_objects(cs.provider, state))
+        status["selector"] = str(cs.provider.selector)  # the Selector printer column (JSONPath cannot format it)
+    elif provider is not None and provider.uid:
         status["providerUID"] = provider.uid
     elif cs.provider_uid:
         status["providerUID"] = cs.provider_uid  # keep the last uid seen while the provider is away

@@ -105,7 +105,7 @@ class StatusWriter:
         from .replayer import replay_types
 
         provider_type = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
-        types = sorted(replay_types(provider_type, namespaced=bool(cs.provider.namespace)))
+        types = sorted(replay_types(provider_type, namespaced=cs.provider.namespace != ""))  # None: any namespace
         checked = all(self.replayer.checked(gr) for gr in types)
         return {"intents": self.replayer.intents_of(cs.name),
                 "replay_forbidden": self.replayer.missing_permissions(types) if checked else None}

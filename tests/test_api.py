@@ -148,7 +148,10 @@ BROKEN = [
     ("namespaced", _set(("metadata", "namespace"), "default"),
      "metadata.namespace: CriticalService is cluster-scoped; remove the namespace"),
     ("provider-missing", _set(("spec", "provider"), _DELETE), "spec.provider: required"),
-    ("provider-name-missing", _set(("spec", "provider", "name"), _DELETE), "spec.provider.name: required"),
+    # Issue 11: a provider is one object by name or a set by selector, so a missing name is that choice.
+    ("provider-name-missing", _set(("spec", "provider", "name"), _DELETE),
+     "spec.provider: set exactly one of name and selector"),
+    ("provider-name-empty", _set(("spec", "provider", "name"), ""), "spec.provider.name: required"),
     ("provider-resource-missing", _set(("spec", "provider", "resource"), _DELETE),
      "spec.provider.resource: required"),
     ("provider-name-with-slash", _set(("spec", "provider", "name"), "a/b"),

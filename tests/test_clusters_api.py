@@ -47,6 +47,7 @@ CRD_COLUMNS = [("Name", "string", "name", 0), ("Scope", "string", "", 0), ("Vers
 CRD_COLUMNS_1_34 = [("Name", "string", "name", 0), ("Created At", "date", "", 0)]
 CRITICALSERVICE_COLUMNS = [("Name", "string", "name", 0), ("Provider", "string", "", 0),
                            ("Provider Namespace", "string", "", 0), ("Resource", "string", "", 1),
+                           ("Selector", "string", "", 1), ("Providers", "integer", "", 1),
                            ("Criteria", "integer", "", 0), ("Unmet", "integer", "", 0), ("Blocking", "string", "", 0),
                            ("Ready", "string", "", 1), ("Enforcement", "string", "", 1), ("Replay", "string", "", 1),
                            ("Age", "date", "", 0)]

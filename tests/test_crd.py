@@ -560,7 +560,6 @@ INVALID: list[tuple[str, str, Any, str]] = [
     ("criteria missing", "spec.criteria", DELETE, "schema"),
     ("spec missing", "spec", DELETE, "schema"),
     ("provider missing", "spec.provider", DELETE, "schema"),
-    ("provider name missing", "spec.provider.name", DELETE, "schema"),
     ("provider name with a slash", "spec.provider.name", "a/b", "schema"),
     ("provider name too long", "spec.provider.name", "n" * 254, "schema"),
     ("provider resource missing", "spec.provider.resource", DELETE, "schema"),
@@ -579,6 +578,9 @@ INVALID: list[tuple[str, str, Any, str]] = [
     # Well-formed for the schema alone; only the CEL rules can tell these apart. (Two members make three
     # properties, which maxProperties allows since a criterion may also carry a condition.)
     ("two members", "spec.criteria[0].resources", {"resource": "pods"}, "cel"),
+    # spec.provider names one object or selects a set (issue 11): exactly one of the two.
+    ("provider name missing", "spec.provider.name", DELETE, "cel"),
+    ("provider name and selector", "spec.provider.selector", {"matchLabels": {"app": "db"}}, "cel"),
     ("member of another type", "spec.criteria[0].type", "SpecificResource", "cel"),
     ("Resources naming a SpecificResource member", "spec.criteria[1].type", "Resources", "cel"),
     ("In without values", f"{_EXPR}.values", DELETE, "cel"),
@@ -625,6 +627,11 @@ VALID: list[tuple[str, str, Any]] = [
     ("most criteria", "spec.criteria", [base()["spec"]["criteria"][0]] * 64),
     ("a condition", "spec.criteria[2].condition", "object.status.phase in ['Pending', 'Running']"),
     ("a condition on a Finalizer criterion", "spec.criteria[0].condition", "object.spec.replicas > 0"),
+    ("a provider selector", "spec.provider", {"resource": "persistentvolumeclaims", "namespace": "shop",
+                                              "selector": {"matchLabels": {"app": "db"}}}),
+    ("a provider selector with expressions", "spec.provider",
+     {"resource": "PersistentVolumeClaim", "selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}),
+    ("an empty provider selector", "spec.provider", {"resource": "persistentvolumeclaims", "selector": {}}),
 ]
 
 
@@ -697,7 +704,7 @@ def test_cel_rules_are_budgeted() -> None:
             walk(node["items"], [*lists, node], f"{where}[]")
 
     walk(openapi_schema(), [], "")
-    assert found == 4
+    assert found == 6
 
 
 def test_cel_rules_compile_and_accept_every_criterion_type() -> None:

@@ -283,8 +283,8 @@ class _Without:
     def critical_services(self) -> list[CriticalService]:
         return self._edit(self._inner.critical_services())
 
-    def protecting(self, ref: Any) -> list[CriticalService]:
-        return self._edit(self._inner.protecting(ref))
+    def protecting(self, ref: Any, labels: Any = None) -> list[CriticalService]:
+        return self._edit(self._inner.protecting(ref, labels))
 
     def hosted_in(self, namespace: str) -> list[CriticalService]:
         return self._edit(self._inner.hosted_in(namespace))

@@ -413,7 +413,7 @@ class BrokenState:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def protecting(self, provider: ObjectRef) -> Any:
+    def protecting(self, provider: ObjectRef, labels: Any = None) -> Any:
         raise RuntimeError("index corrupted")
 
 

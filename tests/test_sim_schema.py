@@ -147,8 +147,8 @@ def test_pruned_fields_and_nulls_are_not_errors() -> None:
     doc = service(criterion, extra={"x": 1})
     doc["spec"]["provider"]["namespace"] = None
     assert errors(doc) == []
-    doc["spec"]["provider"]["name"] = None  # pruned, so now missing
-    assert errors(doc) == ["spec.provider.name: Required value", NOT_CHECKED]
+    doc["spec"]["provider"]["name"] = None  # pruned, so now missing: neither name nor selector (a CEL rule)
+    assert errors(doc) == ["spec.provider: Invalid value: set exactly one of name and selector"]
 
 
 def test_status_writes_are_checked_against_the_status_schema() -> None:

@@ -20,7 +20,7 @@ caches without locks.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import attrs
 
@@ -89,9 +89,13 @@ class GuardedState:
         self._require(CRITICAL_SERVICES)
         return self.memory.critical_services()
 
-    def protecting(self, provider: ObjectRef) -> Collection[CriticalService]:
+    def protecting(self, provider: ObjectRef, labels: Mapping[str, str] | None = None) -> Collection[CriticalService]:
         self._require(CRITICAL_SERVICES)
-        return self.memory.protecting(provider)
+        if labels is None and self.memory.selects_in(provider.group_resource.group):
+            # The object's labels decide, read from a cache that is current, as get() reads them.
+            stored = self.get(provider)
+            labels = stored.labels if stored is not None else {}
+        return self.memory.protecting(provider, labels)
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
         self._require(CRITICAL_SERVICES)

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 from ..api import CriticalService, GroupResource, ObjectRef
 from ..backoff import Backoff
@@ -203,8 +203,8 @@ class CacheState:
     def critical_services(self) -> Collection[CriticalService]:
         return self.guarded.critical_services()
 
-    def protecting(self, provider: ObjectRef) -> Collection[CriticalService]:
-        return self.guarded.protecting(provider)
+    def protecting(self, provider: ObjectRef, labels: Mapping[str, str] | None = None) -> Collection[CriticalService]:
+        return self.guarded.protecting(provider, labels)
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
         return self.guarded.hosted_in(namespace)

@@ -36,6 +36,7 @@ from ..picture import Picture, to_gantt, to_svg
 from ..sim.cluster import Cluster, TeardownVerdict
 from ..sim.timeline import REMOVED, Event, render_text, to_picture
 from ..snapshot import build_state, is_critical_service
+from ..state import provider_objects
 from .plan import add_bundle_arguments, load_bundles
 
 WIDTH = 120  # fixed, so the output is the same in a terminal, a pipe and a test
@@ -210,7 +211,11 @@ def next_steps(cluster: Cluster, args: argparse.Namespace, *, warnings: Sequence
     steps = [(f"criticalsvc plan {files}", "the order the gate enforces, as numbered phases")]
     for cs, m in services[:1]:
         source = _source_of(m, args.filename)
-        provider = cs.provider
+        # A provider selector: its first object in the bundle stands for the set.
+        provider = cs.provider if isinstance(cs.provider, ObjectRef) else \
+            next((o.ref for o in provider_objects(cs.provider, cluster.store.state)), None)
+        if provider is None:
+            continue
         t = cluster.store.mapper.lookup(provider.group_resource)
         kind = (cluster.kinds.get(provider.group_resource) or (t.kind if t is not None else
                                                                  provider.group_resource.resource)).lower()

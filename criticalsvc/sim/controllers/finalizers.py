@@ -13,9 +13,12 @@ from ...api import (
     FinalizerCriterion,
     GroupResource,
     ObjectRef,
+    Provider,
+    ProviderSelector,
     parse_critical_service,
 )
 from ...errors import InvalidInput
+from ...state import provider_objects
 from ..engine import Engine
 from ..store import StatusError, Store, WatchEvent
 from ..timeline import GONE, NOT_RUNNING, REMOVED, Timeline
@@ -35,13 +38,14 @@ class FinalizerController:
     DELAY = (0.5, 2.0)
 
     def __init__(self, *, store: Store, engine: Engine, timeline: Timeline, rng: random.Random,
-                 provider: ObjectRef, criterion: FinalizerCriterion, service: str = "",
+                 provider: Provider, criterion: FinalizerCriterion, service: str = "",
                  delay: tuple[float, float] = DELAY) -> None:
         self.store, self.engine, self.timeline, self.rng = store, engine, timeline, rng
         self.provider, self.criterion, self.service = provider, criterion, service
         self.delay = delay
-        self.actor = provider.key
-        self.user = f"system:serviceaccount:{provider.namespace or 'default'}:{provider.name}"
+        self.actor = provider.key if isinstance(provider, ObjectRef) else str(provider)
+        name = provider.name if isinstance(provider, ObjectRef) else "selected-provider"
+        self.user = f"system:serviceaccount:{provider.namespace or 'default'}:{name}"
         self._pending: dict[ObjectRef, None] = {}
         self._reported: dict[ObjectRef, None] = {}
         gr = store.state.resolve(criterion.group_resource)
@@ -55,6 +59,13 @@ class FinalizerController:
 
     def running(self) -> tuple[bool, str]:
         """Is the operator's workload up? (False, why) when it is not."""
+        if isinstance(self.provider, ProviderSelector):
+            # A set of providers runs the controller while any of them runs.
+            state = self.store.state
+            up = any(not o.terminating and not self._namespace_terminating(o.namespace)
+                     for o in provider_objects(self.provider, state))
+            return (True, "running") if up else (False, f"no object of {self.provider}, which runs its "
+                                                        "controller, is running")
         provider = self.store.state.get(self.provider)
         if provider is None:
             return False, f"{self.provider}, which runs its controller, is gone"
@@ -66,6 +77,10 @@ class FinalizerController:
                 return False, (f"the namespace {self.provider.namespace} of {self.provider}, which runs its "
                                "controller, is terminating")
         return True, "running"
+
+    def _namespace_terminating(self, namespace: str) -> bool:
+        ns = self.store.state.get(ObjectRef(NAMESPACES, "", namespace)) if namespace else None
+        return ns is not None and ns.terminating
 
     def handles(self, gr: GroupResource) -> bool:
         return self.store.state.resolve(self.criterion.group_resource) == gr
@@ -109,7 +124,7 @@ class FinalizerControllers:
     def __init__(self, *, store: Store, engine: Engine, timeline: Timeline, rng: random.Random,
                  delay: tuple[float, float] = FinalizerController.DELAY) -> None:
         self.store, self.engine, self.timeline, self.rng, self.delay = store, engine, timeline, rng, delay
-        self.controllers: dict[tuple[ObjectRef, GroupResource, str], FinalizerController] = {}
+        self.controllers: dict[tuple[Provider, GroupResource, str], FinalizerController] = {}
         self._by_finalizer: dict[str, list[FinalizerController]] = {}
         store.subscribe(self._on_event)
         for cs in list(store.state.critical_services()):
