@@ -15,6 +15,7 @@ and use it at once.
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import contextlib
 import sys
@@ -88,13 +89,20 @@ class EmbeddedCluster:
     def register_gate(self, gate_url: str, ca_pem: bytes) -> concurrent.futures.Future[None]:
         """Register the bundle's webhooks, calling the gate at `gate_url` (https://host:port).
 
+        The bundle's ValidatingWebhookConfiguration is stored as an install stores it (caBundle filled
+        in), and every stored configuration is followed: one created later through the API (`kubectl
+        apply`, or the gate's own) is called too, with any Service resolved to the gate.
         Returns a future that is done once the webhooks are registered in the store (`await
         asyncio.wrap_future(...)`): a DELETE after that goes through the gate."""
-        from .sim.webhook_client import register_webhooks
+        from .sim.webhook_client import follow_configurations
 
         def submit() -> None:
-            register_webhooks(self.store, _webhook_configuration(), ca_bundle=ca_pem,
-                              resolve_service=lambda _ns, _name, _port, path: f"{gate_url}{path}")
+            config = _webhook_configuration()
+            for entry in config.get("webhooks") or []:
+                entry.setdefault("clientConfig", {})["caBundle"] = base64.b64encode(ca_pem).decode()
+            self.store.create(config)
+            follow_configurations(self.store, ca_bundle=ca_pem,
+                                  resolve_service=lambda _ns, _name, _port, path: f"{gate_url}{path}")
 
         registered: concurrent.futures.Future[None] = self.standin.submit(submit)
         return registered

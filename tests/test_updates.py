@@ -457,3 +457,42 @@ async def test_the_live_confirmation_decides_an_update_and_a_scale_again_on_fres
                 assert confirmed.allowed and confirmed.rule is Rule.CRITERIA_MET
         finally:
             await api.close()
+
+
+# --- the examples do what their headers say -----------------------------------------------------------
+def example_state(name: str) -> MemoryState:
+    from criticalsvc.manifests import load_path
+    from criticalsvc.snapshot import build_state
+
+    return build_state(load_path(f"api/examples/{name}"))
+
+
+def test_the_object_lock_example_holds_an_edit_and_not_a_finalizer_removal():
+    state = example_state("object-lock.yaml")
+    ref = ObjectRef(CONFIGMAPS, "payments", "payments-config")
+    old = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": ref.name, "namespace": ref.namespace,
+                                                                 "finalizers": ["example.com/x"]}, "data": {"a": "1"}}
+    d = decide_update(state, ref, old, {**old, "data": {"a": "2"}})
+    assert not d.allowed and d.message == (
+        "configmaps payments/payments-config may not be updated yet: CriticalService lock-payments-config holds "
+        "updates of it until: locks.locking.example.com payments/payments-config still exists (removing finalizers "
+        f"is never held; to override, set the annotation {BREAK_GLASS_ANNOTATION}=<reason> in this same update)")
+    unfinalized = {**old, "metadata": {**old["metadata"], "finalizers": []}}
+    assert decide_update(state, ref, old, unfinalized).rule is Rule.UPDATE_EXEMPT
+    deleted = decide(AdmissionRequest(uid="u", group_resource=CONFIGMAPS, operation="DELETE", name=ref.name,
+                                      namespace=ref.namespace, old_object=old), state)
+    assert not deleted.allowed and deleted.rule is Rule.BLOCKED
+
+
+def test_the_scale_to_zero_example_refuses_kubectl_scale_to_zero_only():
+    state = example_state("scale-to-zero.yaml")
+    ref = ObjectRef(DEPLOYMENTS, "ledger", "ledger")
+    two = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ledger", "namespace": "ledger"},
+           "spec": {"replicas": 2}}
+    d = decide_update(state, ref, scale_of(two), scale_of({**two, "spec": {"replicas": 0}}), sub_resource="scale")
+    assert not d.allowed and d.message.startswith(
+        "deployments.apps ledger/ledger may not be scaled to 0 replicas yet: CriticalService for-ledger forbids "
+        "scaling it to 0 replicas until: pods shop/checkout-7d9f in namespace shop matching app=checkout still exists "
+        "(to override, set spec.replicas to 0 on the object itself with the annotation")
+    assert decide_update(state, ref, scale_of(two), scale_of({**two, "spec": {"replicas": 1}}),
+                         sub_resource="scale").allowed

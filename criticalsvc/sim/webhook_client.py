@@ -26,6 +26,9 @@ namespace's labels (on a Namespace's own labels; never skipping other cluster-sc
 and objectSelector evaluated on the request's `object` and `oldObject`, matching if either matches, a
 null one never (so on DELETE only oldObject's labels count) [O1]. matchConditions are not modelled.
 Admission-configuration objects themselves are never sent to webhooks [D5].
+`follow_configurations` keeps the store's webhooks in step with the ValidatingWebhookConfiguration
+objects stored, as the API server's configuration manager does with its informer (one created with
+`kubectl apply`, or written by the gate's leader, takes effect; one deleted stops being called).
 
 [O1] https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/object/matcher.go
 """
@@ -44,7 +47,7 @@ import httpx
 from ..api import NAMESPACES, GroupResource
 from ..errors import CriticalsvcError, InvalidInput, InvalidSpec
 from ..labels import LabelSelector, parse_label_selector
-from .store import Store
+from .store import Store, WatchEvent
 from .webhooks import EXEMPT, RegisteredWebhook, WebhookRule, selects
 
 __all__ = [
@@ -54,6 +57,7 @@ __all__ = [
     "RuleSpec",
     "WebhookCallError",
     "WebhookClient",
+    "follow_configurations",
     "register_webhooks",
     "verify_response",
     "webhooks_from_configuration",
@@ -323,3 +327,39 @@ def register_webhooks(store: Store, config: Mapping[str, Any], **kwargs: Any) ->
     webhooks = webhooks_from_configuration(config, store=store, **kwargs)
     store.webhooks.extend(webhooks)
     return webhooks
+
+
+VALIDATING_CONFIGURATIONS = GroupResource("admissionregistration.k8s.io", "validatingwebhookconfigurations")
+
+
+def follow_configurations(store: Store, **kwargs: Any) -> Callable[[], None]:
+    """Register the webhooks of every stored ValidatingWebhookConfiguration, now and as they are created,
+    changed or deleted (kwargs as for webhooks_from_configuration); returns the function that stops following.
+
+    Must run where the store's writes run (the stand-in's writer thread): the store calls its listeners
+    inside each write. A configuration this cannot register (InvalidSpec) registers nothing, as one the
+    API server's validation refuses would never have been stored."""
+    registered: dict[str, list[ConfiguredWebhook]] = {}
+
+    def sync(name: str, config: Mapping[str, Any] | None) -> None:
+        for webhook in registered.pop(name, []):
+            if webhook in store.webhooks:
+                store.webhooks.remove(webhook)
+            webhook.close()
+        if config is None:
+            return
+        try:
+            webhooks = webhooks_from_configuration(config, store=store, **kwargs)
+        except InvalidSpec:
+            return
+        store.webhooks.extend(webhooks)
+        registered[name] = webhooks
+
+    def on_event(event: WatchEvent) -> None:
+        if event.group_resource == VALIDATING_CONFIGURATIONS:
+            name = str((event.object.get("metadata") or {}).get("name", ""))
+            sync(name, None if event.type == "DELETED" else event.object)
+
+    for config in store.list(VALIDATING_CONFIGURATIONS):
+        sync(str(config["metadata"]["name"]), config)
+    return store.subscribe(on_event)
