@@ -65,7 +65,9 @@ from .state import ClusterState, MemoryState
 # counted (criticalsvc_decisions_total{rule}) and carry the rule as an audit annotation, but get a log
 # line only at --log-level debug: at info a busy cluster's log would be mostly these, and the line cost
 # ~10 % of the gate's CPU per answer under load (benchmarks/latency.py, workload "unprotected").
-ROUTINE_RULES = frozenset({Rule.UNPROTECTED, Rule.NOT_GATED})
+# An UPDATE a lock never holds (Rule.UPDATE_EXEMPT: a finalizer removed, status) is routine the same way:
+# no CriticalService had a say in it.
+ROUTINE_RULES = frozenset({Rule.UNPROTECTED, Rule.NOT_GATED, Rule.UPDATE_EXEMPT})
 
 # The API server refuses to decode a write request body over 3 MiB (MaxRequestBodyBytes in
 # k8s.io/apiserver/pkg/server/config.go: twice etcd's recommended 1.5 MB request size, because JSON is

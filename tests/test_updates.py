@@ -496,3 +496,56 @@ def test_the_scale_to_zero_example_refuses_kubectl_scale_to_zero_only():
         "(to override, set spec.replicas to 0 on the object itself with the annotation")
     assert decide_update(state, ref, scale_of(two), scale_of({**two, "spec": {"replicas": 1}}),
                          sub_resource="scale").allowed
+
+
+# --- the webhook: metrics and logs name the operation and the subresource ----------------------------
+@pytest.mark.anyio
+async def test_the_webhook_counts_and_logs_a_held_scale_and_confirms_an_allowed_update() -> None:
+    import io
+    import logging
+
+    import httpx
+    import orjson
+    import structlog
+
+    from criticalsvc.logs import configure_logging
+    from criticalsvc.server import StaticStateSource, Webhook
+
+    buffer = io.BytesIO()
+    configure_logging("info", stream=buffer)
+    confirmed: list[AdmissionRequest] = []
+
+    async def confirm(request: AdmissionRequest, decision: Decision) -> Decision:
+        confirmed.append(request)
+        raise TimeoutError("no answer")
+
+    try:
+        state = scale_state()
+        webhook = Webhook(StaticStateSource(state), confirm=confirm)
+        to_zero = update(WEB, scale_of(deployment(3)), scale_of(deployment(0)), sub_resource="scale")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=webhook.webhook_app()),
+                                     base_url="http://gate") as client:
+            async def post(request: AdmissionRequest) -> dict[str, Any]:
+                answer = await client.post("/validate", content=orjson.dumps(render_review(request)),
+                                           headers={"content-type": "application/json"})
+                return dict(answer.json()["response"])
+
+            refused = await post(to_zero)
+            assert not refused["allowed"] and refused["auditAnnotations"]["rule"] == "scale-to-zero"
+            assert not confirmed  # a denial is never confirmed
+            state.remove(LOCK)  # the cache now says the criteria hold: the ALLOW goes to the confirmation
+            unverified = await post(to_zero)
+            assert [r.sub_resource for r in confirmed] == ["scale"]
+            assert not unverified["allowed"] and "does not allow this update yet" in unverified["status"]["message"]
+            text = (await client.get("/metrics")).text
+        assert ('criticalsvc_decisions_total{operation="UPDATE",resource="deployments.apps/scale",result="denied",'
+                'rule="scale-to-zero"} 1.0') in text
+        [line] = [orjson.loads(x) for x in buffer.getvalue().splitlines()
+                  if orjson.loads(x).get("rule") == "scale-to-zero"]
+        assert (line["operation"], line["resource"], line["subresource"]) == ("UPDATE", "deployments.apps/scale",
+                                                                              "scale")
+    finally:
+        structlog.reset_defaults()
+        root = logging.getLogger()
+        root.handlers = [h for h in root.handlers if type(h).__name__ != "_ForwardToStructlog"]
+        root.setLevel(logging.WARNING)
