@@ -42,7 +42,7 @@ def routed(cluster: Backend, group: str, resource: str) -> bool:
 
 def wait_for_route(cluster: Backend, group: str, resource: str) -> None:
     wait_for(lambda: routed(cluster, group, resource), timeout=ROUTE_TIMEOUT,
-             what=f"{ROUTES} to route UPDATE of {resource}{'.' + group if group else ''} to the gate")
+             what=f"{ROUTES} to route UPDATE of {resource} (API group {group or 'core'}) to the gate")
 
 
 def denied_naming(result: Any, *parts: str) -> bool:
