@@ -14,6 +14,12 @@
     spec.enforcement: Warn              that CriticalService's denials become warnings
     CREATE/UPDATE of a CriticalService  reject an invalid spec or one that closes a dependency cycle;
                                   warn when criteria objects live in the provider's own namespace
+    UPDATE of a provider          held while criteria are unmet when its CriticalService says
+                                  holdUpdates: WhileBlocking; replicas set to 0 (the object or its
+                                  `scale` subresource) refused when it says scaleToZero: DenyWhileBlocking.
+                                  Never held: an object already terminating, an update that only removes
+                                  finalizers/ownerReferences or changes status or bookkeeping metadata
+                                  (criticalsvc/updates.py), any other subresource (status)
 
 Wire facts honoured (design/kubernetes-semantics.md §1, §4): `object` is null on DELETE, so everything is read from
 `oldObject`; `name` is "" for items of a deletecollection, so it comes from `oldObject.metadata.name`;
@@ -34,7 +40,7 @@ from typing import Any
 
 import attrs
 
-from . import criteria
+from . import criteria, updates
 from .admission import AdmissionRequest
 from .api import (
     BREAK_GLASS_ANNOTATION,
@@ -48,8 +54,10 @@ from .api import (
     CriticalService,
     Enforcement,
     GroupResource,
+    HoldUpdates,
     ObjectRef,
     ProviderSelector,
+    ScaleToZero,
     parse_critical_service,
 )
 from .errors import DependencyCycle, InvalidSpec, StateUnavailable
@@ -80,6 +88,10 @@ class Rule(enum.StrEnum):
     VALID_SPEC = "valid-spec"
     INVALID_SPEC = "invalid-spec"
     CYCLE = "cycle"
+    UPDATE_HELD = "update-held"
+    SCALE_TO_ZERO = "scale-to-zero"
+    # An UPDATE a lock never holds (finalizer removal, status, bookkeeping): see criticalsvc/updates.py.
+    UPDATE_EXEMPT = "update-exempt"
 
 
 @attrs.frozen
@@ -124,6 +136,8 @@ def decide(request: AdmissionRequest, state: ClusterState, *, manages_routes: bo
             return _decide_delete(request, state)
         if request.operation in ("CREATE", "UPDATE") and _is(request.group_resource, CRITICAL_SERVICES, state):
             return _decide_write(request, state, manages_routes)
+        if request.operation == "UPDATE":
+            return _decide_update(request, state)
         return allow(Rule.NOT_GATED)
     except StateUnavailable as exc:
         return deny(
@@ -370,6 +384,102 @@ def _spec_warnings(cs: CriticalService, state: ClusterState, manages_routes: boo
             out.append(f"spec.criteria[{i}]: its objects live in the provider's own namespace {ns}; "
                        "deleting that namespace can wedge (a non-goal of the design)")
     return out
+
+
+# --- UPDATE of a provider (spec.holdUpdates, spec.scaleToZero) -----------------------------------------
+# The object itself and its `scale` subresource are decided on; any other subresource (status, a
+# Namespace's finalize) is the controllers' way of finishing what was started and is never held, even
+# though the router sends none of them (decided defensively, as every request reaching the gate is).
+SCALE_SUBRESOURCE = "scale"
+
+
+@attrs.frozen
+class _UpdateBlock:
+    rule: Rule  # UPDATE_HELD or SCALE_TO_ZERO
+    block: Block
+
+
+def _decide_update(request: AdmissionRequest, state: ClusterState) -> Decision:
+    if request.sub_resource not in ("", SCALE_SUBRESOURCE):
+        return allow(Rule.NOT_GATED)
+    scale = request.sub_resource == SCALE_SUBRESOURCE
+    old, new = request.old_object, request.object
+    name = request.name or _name_of(new) or _name_of(old)
+    if _metadata_of(old).get("deletionTimestamp") or _metadata_of(new).get("deletionTimestamp"):
+        # Its deletion already passed the gate; what follows (finalizers removed, the garbage
+        # collector's patches) finishes it, and holding any of it would wedge the teardown.
+        return allow(Rule.ALREADY_TERMINATING)
+    if not name:
+        return allow(Rule.NOT_GATED)  # an UPDATE always names its object; nothing could protect this one
+    gr = state.resolve(request.group_resource) or request.group_resource
+    ref = _ref(request, gr, name)
+    services = [cs for cs in sorted(state.protecting(ref), key=lambda c: c.name)
+                if cs.hold_updates == HoldUpdates.WHILE_BLOCKING or cs.scale_to_zero == ScaleToZero.DENY_WHILE_BLOCKING]
+    if not services:
+        return allow(Rule.UNPROTECTED)
+    if scale:
+        # A Scale carries no deletionTimestamp (only name, namespace, uid, resourceVersion and
+        # creationTimestamp: scaleFromDeployment in pkg/registry/apps/deployment/storage/storage.go), so
+        # the workload's is read from the state; a stale state can miss it, never invent it.
+        stored = state.get(ref)
+        if stored is not None and stored.terminating:
+            return allow(Rule.ALREADY_TERMINATING)
+        changes = updates.replicas(old, scale=True) != updates.replicas(new, scale=True)
+    else:
+        changes = updates.changes_content(old, new)
+    to_zero = updates.scales_to_zero(old, new, scale=scale)
+    blocks: list[_UpdateBlock] = []
+    applied = False
+    for cs in services:
+        if cs.hold_updates == HoldUpdates.WHILE_BLOCKING and changes:
+            applied = True
+            blocks += [_UpdateBlock(Rule.UPDATE_HELD, b) for b in _criteria_blocks(cs, state, "holds updates of it")]
+        elif cs.scale_to_zero == ScaleToZero.DENY_WHILE_BLOCKING and to_zero:
+            applied = True
+            blocks += [_UpdateBlock(Rule.SCALE_TO_ZERO, b)
+                       for b in _criteria_blocks(cs, state, "forbids scaling it to 0 replicas")]
+    if not applied:
+        holds = any(cs.hold_updates == HoldUpdates.WHILE_BLOCKING for cs in services)
+        return allow(Rule.UPDATE_EXEMPT if holds and not changes else Rule.UNPROTECTED)
+    return _conclude_update(ref, blocks, _mapping(_metadata_of(new).get("annotations")), scale=scale)
+
+
+def _conclude_update(ref: ObjectRef, blocks: list[_UpdateBlock], annotations: Mapping[str, Any], *,
+                     scale: bool) -> Decision:
+    enforced = [b for b in blocks if b.block.enforcement == Enforcement.ENFORCE]
+    warned = [f"(enforcement: Warn) would deny {_doing(b.rule, ref)}: {b.block.text}" for b in blocks
+              if b.block.enforcement == Enforcement.WARN]
+    blocking = tuple(sorted({b.block.service for b in blocks if b.block.service}))
+    if not enforced:
+        return allow(Rule.WARN_ONLY if warned else Rule.CRITERIA_MET, warnings=warned, protected=True,
+                     blocking=blocking)
+    rule = Rule.UPDATE_HELD if any(b.rule == Rule.UPDATE_HELD for b in enforced) else Rule.SCALE_TO_ZERO
+    head = f"{ref} may not be updated yet" if rule == Rule.UPDATE_HELD else \
+        f"{ref} may not be scaled to 0 replicas yet"
+    message = f"{head}: " + " | ".join(b.block.text for b in enforced)
+    reason = annotations.get(BREAK_GLASS_ANNOTATION)
+    if isinstance(reason, str) and reason.strip():
+        return allow(Rule.BREAK_GLASS, warnings=[f"break-glass ({reason.strip()}): allowed although {message}",
+                                                 *warned],
+                     protected=True, blocking=blocking, break_glass=reason.strip())
+    if scale:
+        # A Scale has no annotations to carry the break-glass: the override goes through the object.
+        hint = (f"to override, set spec.replicas to 0 on the object itself with the annotation "
+                f"{BREAK_GLASS_ANNOTATION}=<reason>")
+    else:
+        hint = (f"removing finalizers is never held; to override, set the annotation "
+                f"{BREAK_GLASS_ANNOTATION}=<reason> in this same update")
+    return deny(rule, f"{message} ({hint})", warnings=tuple(_warning(w) for w in warned), protected=True,
+                blocking=blocking)
+
+
+def _doing(rule: Rule, ref: ObjectRef) -> str:
+    return f"updating {ref}" if rule == Rule.UPDATE_HELD else f"scaling {ref} to 0 replicas"
+
+
+def _metadata_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return metadata if isinstance(metadata, Mapping) else {}
 
 
 def _name_of(obj: Mapping[str, Any] | None) -> str:

@@ -105,6 +105,9 @@ class EmbeddedCluster:
     def register_gate(self, gate_url: str, ca_pem: bytes) -> concurrent.futures.Future[None]:
         """Register the bundle's webhooks, calling the gate at `gate_url` (https://host:port).
 
+        The bundle's ValidatingWebhookConfiguration is stored as an install stores it (caBundle filled
+        in), and every stored configuration is followed: one created later through the API (`kubectl
+        apply`, or the gate's own) is called too, with any Service resolved to the gate.
         Returns a future that is done once the webhooks are registered in the store (`await
         asyncio.wrap_future(...)`): a DELETE after that goes through the gate."""
         from .sim.webhook_client import follow_configurations

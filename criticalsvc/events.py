@@ -1,4 +1,4 @@
-"""Kubernetes Events for denied deletions, rate-limited (pure: the writer posts what this returns).
+"""Kubernetes Events for denied deletions and held updates, rate-limited (pure: the writer posts what this returns).
 
 A retrying deleter (the namespace controller backs off to 60 s, the ManifestWork agent too, the
 garbage collector to 1000 s) asks again and again; one Event per denial would flood etcd. Like
@@ -30,22 +30,23 @@ class EventRecorder:
     window: float = AGGREGATE_WINDOW
     _tokens: float = attrs.field(init=False, default=0.0)
     _last: float | None = attrs.field(init=False, default=None)
-    _seen: dict[tuple[str, str, str], tuple[float, int, str]] = attrs.field(init=False, factory=dict)
+    _seen: dict[tuple[str, str, str, str], tuple[float, int, str]] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self._tokens = float(self.burst)
 
     def denial(self, *, service: str, service_uid: str, target: ObjectRef, message: str, now: float,
-               user: str = "") -> dict[str, Any] | None:
-        """The Event to create or update for this denial, or None when rate-limited."""
+               user: str = "", operation: str = "DELETE") -> dict[str, Any] | None:
+        """The Event to create or update for this denial, or None when rate-limited. `operation` is the
+        request's: a held UPDATE (spec.holdUpdates, spec.scaleToZero) is reported as UpdateBlocked."""
         # The uid is part of the key: a CriticalService re-created under the same name is another
         # object, and its denials must not be counted onto the old one's Event (which names the old uid).
-        key = (service, service_uid, str(target))
+        key = (service, service_uid, str(target), operation)
         previous = self._seen.get(key)
         if previous is not None and now - previous[0] < self.window:
             first, count, name = previous
             self._seen[key] = (first, count + 1, name)
-            return self._event(name, service, service_uid, target, message, first, now, count + 1, user)
+            return self._event(name, service, service_uid, target, message, first, now, count + 1, user, operation)
         if not self._take(now):
             return None
         name = f"{service}.{int(now * 1000):x}"
@@ -53,7 +54,7 @@ class EventRecorder:
         if len(self._seen) > 4096:  # bounded memory: forget the oldest aggregates
             for k in sorted(self._seen, key=lambda k: self._seen[k][0])[:1024]:
                 del self._seen[k]
-        return self._event(name, service, service_uid, target, message, now, now, 1, user)
+        return self._event(name, service, service_uid, target, message, now, now, 1, user, operation)
 
     def _take(self, now: float) -> bool:
         if self._last is not None:
@@ -66,15 +67,17 @@ class EventRecorder:
 
     @staticmethod
     def _event(name: str, service: str, service_uid: str, target: ObjectRef, message: str, first: float,
-               last: float, count: int, user: str) -> dict[str, Any]:
-        note = f"deletion of {target} denied" + (f" (requested by {user})" if user else "") + f": {message}"
+               last: float, count: int, user: str, operation: str = "DELETE") -> dict[str, Any]:
+        deletion = operation == "DELETE"
+        what = "deletion" if deletion else "update"
+        note = f"{what} of {target} denied" + (f" (requested by {user})" if user else "") + f": {message}"
         return {
             "apiVersion": "v1",
             "kind": "Event",
             # CriticalServices are cluster-scoped; their Events live in "default", as for Nodes.
             "metadata": {"name": name, "namespace": "default"},
             "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": service, "uid": service_uid},
-            "reason": "DeletionBlocked",
+            "reason": "DeletionBlocked" if deletion else "UpdateBlocked",
             "message": note[:1024],
             "type": "Warning",
             "source": {"component": "criticalsvc"},

@@ -6,13 +6,14 @@ confirmations (around the callback); object counts are read from the state sourc
 (`observe_cache_objects`, wired by the server when the source has `counts()`); the watch caches report
 restarts by incrementing `watch_restarts` (e.g. CacheState's `on_watch_restart` callback).
 
-    criticalsvc_decisions_total{resource,operation,result,rule}   every AdmissionReview answered
+    criticalsvc_decisions_total{resource,operation,result,rule}   every AdmissionReview answered (resource
+                                                                  with its subresource: deployments.apps/scale)
     criticalsvc_decision_duration_seconds                         request handled -> response ready
     criticalsvc_cache_objects{resource}                           read from the state source per scrape
     criticalsvc_watch_restarts_total{resource}                    a watch that had to start over
     criticalsvc_live_confirmations_total{result}                  allowed | denied | failed
     criticalsvc_live_confirmation_failures_total{reason}          timeout | error
-    criticalsvc_break_glass_total{resource}                       deletions let through by break-glass
+    criticalsvc_break_glass_total{resource}                       deletions and updates let through by break-glass
     criticalsvc_requests_rejected_total{reason}                   malformed | too-large | not-ready
     criticalsvc_decision_errors_total                             unexpected exceptions (answered DENY)
     criticalsvc_certificate_reloads_total{result}                 serving certificate reloads
@@ -79,8 +80,8 @@ class Metrics:
             "criticalsvc_live_confirmation_failures_total", "Live confirmations that could not be completed "
             "(the deletion was denied), by reason (timeout, error).", ["reason"], registry=r)
         self.break_glass = Counter(
-            "criticalsvc_break_glass_total", "Deletions allowed by the break-glass annotation although "
-            "criteria were unmet, by resource.", ["resource"], registry=r)
+            "criticalsvc_break_glass_total", "Deletions and updates allowed by the break-glass annotation "
+            "although criteria were unmet, by resource.", ["resource"], registry=r)
         self.requests_rejected = Counter(
             "criticalsvc_requests_rejected_total", "Requests answered without a decision (400 malformed, "
             "413 too-large, 503 not-ready), by reason.", ["reason"], registry=r)

@@ -1,7 +1,8 @@
 """The webhook's HTTP layer: a starlette app that answers AdmissionReviews with the pure `decide`.
 
-    POST /validate   AdmissionReview v1 in, AdmissionReview out (every gated DELETE and the
-                     CriticalService CREATE/UPDATE share this one path: `decide` tells them apart)
+    POST /validate   AdmissionReview v1 in, AdmissionReview out (every gated DELETE, the routed
+                     UPDATEs of providers and the CriticalService CREATE/UPDATE share this one path:
+                     `decide` tells them apart)
     GET  /healthz    200 while the process serves at all
     GET  /readyz     200 when the state source is ready, else 503 with the reason
     GET  /metrics    Prometheus text (criticalsvc.metrics)
@@ -64,7 +65,9 @@ from .state import ClusterState, MemoryState
 # counted (criticalsvc_decisions_total{rule}) and carry the rule as an audit annotation, but get a log
 # line only at --log-level debug: at info a busy cluster's log would be mostly these, and the line cost
 # ~10 % of the gate's CPU per answer under load (benchmarks/latency.py, workload "unprotected").
-ROUTINE_RULES = frozenset({Rule.UNPROTECTED, Rule.NOT_GATED})
+# An UPDATE a lock never holds (Rule.UPDATE_EXEMPT: a finalizer removed, status) is routine the same way:
+# no CriticalService had a say in it.
+ROUTINE_RULES = frozenset({Rule.UNPROTECTED, Rule.NOT_GATED, Rule.UPDATE_EXEMPT})
 
 # The API server refuses to decode a write request body over 3 MiB (MaxRequestBodyBytes in
 # k8s.io/apiserver/pkg/server/config.go: twice etcd's recommended 1.5 MB request size, because JSON is
@@ -361,13 +364,17 @@ class Webhook:
             self.metrics.live_confirmation_failures.labels("timeout" if timed_out else "error").inc()
             why = f"no answer within {self.confirm_timeout:g} s" if budget.expired() else _one_line(exc)
             self.log.warning("live confirmation failed", uid=admission.uid, error=why)
-            return _unverified(decision, why), "failed"
+            return _unverified(admission, decision, why), "failed"
         outcome = "allowed" if result.allowed else "denied"
         self.metrics.live_confirmations.labels(outcome).inc()
         return result, outcome
 
     def _record(self, admission: AdmissionRequest, decision: Decision, live: str, elapsed: float) -> None:
+        # A subresource is part of the resource label (`deployments.apps/scale`), as in the API server's own
+        # apiserver_admission_webhook_* metrics, so a held `kubectl scale` is told apart from a held edit.
         resource = str(admission.group_resource)
+        if admission.sub_resource:
+            resource = f"{resource}/{admission.sub_resource}"
         result = "allowed" if decision.allowed else "denied"
         self.metrics.decisions.labels(resource, admission.operation, result, decision.rule.value).inc()
         self.metrics.decision_duration.observe(elapsed)
@@ -391,6 +398,8 @@ class Webhook:
             "rule": decision.rule.value,
             "latency_ms": round(elapsed * 1000, 3),
         }
+        if admission.sub_resource:
+            fields["subresource"] = admission.sub_resource
         if not decision.allowed:
             fields["code"] = decision.code
             fields["message"] = decision.message
@@ -429,9 +438,10 @@ def create_app(source: StateSource, **options: Any) -> Starlette:
     return Webhook(source, **options).webhook_app()
 
 
-def _unverified(decision: Decision, why: str) -> Decision:
+def _unverified(admission: AdmissionRequest, decision: Decision, why: str) -> Decision:
+    what = "deletion" if admission.operation == "DELETE" else "update"
     return deny(Rule.UNVERIFIABLE, "criticalsvc could not verify the cluster state with a fresh read from the "
-                f"API server ({why}), so it does not allow this deletion yet; retry shortly",
+                f"API server ({why}), so it does not allow this {what} yet; retry shortly",
                 protected=True, blocking=decision.blocking)
 
 

@@ -157,7 +157,8 @@ class StatusWriter:
         uids = {cs.name: cs.uid for cs in state.critical_services()}
         for service in decision.blocking:
             event = self.recorder.denial(service=service, service_uid=uids.get(service, ""), target=request.ref,
-                                         message=decision.message, now=self.clock(), user=request.username)
+                                         message=decision.message, now=self.clock(), user=request.username,
+                                         operation=request.operation)
             if event is not None:
                 with contextlib.suppress(asyncio.QueueFull):
                     self._events.put_nowait(event)

@@ -627,11 +627,12 @@ def test_status_subresource_writes_are_not_gated():
 
 
 def test_writes_of_other_types_are_not_gated():
-    """CREATE/UPDATE of anything but a CriticalService, and CONNECT, are not the gate's business."""
+    """CREATE of anything but a CriticalService, and CONNECT, are not the gate's business; an UPDATE is only
+    when a CriticalService holds updates or scaling to zero (tests/test_updates.py), which this one does not."""
     for operation in ("CREATE", "UPDATE", "CONNECT"):
         d = decide(parse_review(review(operation, DEPLOYMENTS, "web", "app", obj={"metadata": {"name": "web"}})),
                    guarded_web())
-        assert d.allowed and d.rule is Rule.NOT_GATED
+        assert d.allowed and d.rule is (Rule.UNPROTECTED if operation == "UPDATE" else Rule.NOT_GATED)
 
 
 def test_unsynced_state_denies_a_critical_service_create():

@@ -325,7 +325,8 @@ def test_extra_reader_rules_are_aggregated_into_the_gates_cluster_role(helm: Pat
 
 
 def test_replay_rules_are_aggregated_into_the_replay_role_and_none_by_default(helm: Path, tmp_path: Path) -> None:
-    """rbac.replayRules become a ClusterRole aggregated into criticalsvc-replay; without them the gate may delete nothing."""
+    """rbac.replayRules become a ClusterRole aggregated into criticalsvc-replay; without them the gate may delete
+    nothing."""
     rules = [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["delete"]}]
     chart = template(helm, tmp_path, values={"rbac": {"replayRules": rules}})
     extra = one(chart, "ClusterRole", "criticalsvc-replay-extra")

@@ -23,6 +23,13 @@ Modelled (design/kubernetes-semantics.md §1-§5):
   with the message `admission webhook "<name>" denied the request: <message>` [D3]; a failed webhook
   call follows failurePolicy: Fail -> 500 InternalError, Ignore -> proceed [D1].
 * Creating in a Terminating namespace is Forbidden (NamespaceLifecycle); in a missing one, NotFound.
+* An UPDATE (PUT or PATCH: the API server reviews a patch as the UPDATE it becomes) runs admission with
+  the new object and the stored one as oldObject. A write through the `scale` subresource is reviewed as
+  an UPDATE of `<resource>` with subResource `scale`, and its object and oldObject are autoscaling/v1
+  Scales, not the workload [U1]; a webhook rule matches it only by naming `<resource>/scale` [D5].
+
+[U1] https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/registry/apps/deployment/storage/storage.go
+     (ScaleREST.Update: toScaleUpdateValidation converts both objects to Scales before validating admission)
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from ..errors import CriticalsvcError, InvalidInput
 from ..restmapper import ResourceType, RESTMapper, guess_resource, resource_type_from_crd
 from ..state import MemoryState
 from ..timestamps import format_rfc3339
+from .tables import selector_string
 from .webhooks import AdmissionHook, RegisteredWebhook
 
 CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
@@ -339,8 +347,10 @@ class Store:
     def _crd_for(self, gr: GroupResource) -> dict[str, Any] | None:
         return self._objects.get((CRDS, "", f"{gr.resource}.{gr.group}")) if gr.group else None
 
-    def update(self, manifest: Mapping[str, Any], *, user: str = "admin", dry_run: bool = False) -> dict[str, Any]:
-        """Replace an object (optimistic concurrency on resourceVersion when given)."""
+    def update(self, manifest: Mapping[str, Any], *, user: str = "admin", dry_run: bool = False,
+               subresource: str = "") -> dict[str, Any]:
+        """Replace an object (optimistic concurrency on resourceVersion when given). With `subresource`
+        "scale" the write came through the scale subresource: admission sees Scales [U1]."""
         obj: dict[str, Any] = copy.deepcopy(dict(manifest))
         gr = self.gr_for(obj)
         md = obj.get("metadata") or {}
@@ -369,7 +379,11 @@ class Store:
                                   f"finalizers {_go_strings(sorted(added))}")
         if obj.get("spec") != current.get("spec"):
             md["generation"] = int(old_md.get("generation", 1)) + 1
-        self._admit("UPDATE", gr, obj, current, name=key[2], namespace=key[1], user=user, dry_run=dry_run)
+        if subresource == "scale":
+            self._admit("UPDATE", gr, scale_of(obj), scale_of(current), name=key[2], namespace=key[1], user=user,
+                        dry_run=dry_run, subresource=subresource)
+        else:
+            self._admit("UPDATE", gr, obj, current, name=key[2], namespace=key[1], user=user, dry_run=dry_run)
         if dry_run:
             return obj
         obj["metadata"] = md
@@ -481,12 +495,15 @@ class Store:
     # --- admission --------------------------------------------------------------------------------
     def _admit(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
                old: Mapping[str, Any] | None, *, name: str, namespace: str, user: str, dry_run: bool,
-               propagation: str = "Background") -> None:
+               propagation: str = "Background", subresource: str = "") -> None:
+        # A rule names a subresource as `<resource>/<subresource>` [D5]; webhooks.py matches it so spelt.
+        matched = GroupResource(gr.group, f"{gr.resource}/{subresource}") if subresource else gr
         for webhook in self.webhooks:
-            if not webhook.matches(operation, gr, namespace if gr != NAMESPACES else name or namespace, obj, old):
+            if not webhook.matches(operation, matched, namespace if gr != NAMESPACES else name or namespace, obj,
+                                   old):
                 continue
             review = self.admission_review(operation, gr, obj, old, name=name, namespace=namespace, user=user,
-                                           dry_run=dry_run, propagation=propagation)
+                                           dry_run=dry_run, propagation=propagation, subresource=subresource)
             try:
                 with self.around_webhook_call():
                     reply = webhook.hook(review)
@@ -514,15 +531,39 @@ class Store:
 
     def admission_review(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
                          old: Mapping[str, Any] | None, *, name: str, namespace: str, user: str,
-                         dry_run: bool, propagation: str = "Background") -> dict[str, Any]:
+                         dry_run: bool, propagation: str = "Background", subresource: str = "") -> dict[str, Any]:
         """An AdmissionReview v1 request exactly as the API server builds it (§1)."""
         t = self.mapper.lookup(gr)
+        scale = subresource == "scale"
         request = AdmissionRequest(
             # Fresh per call (§1.1); deterministic so a seeded simulation replays identically.
             uid=str(uuid.UUID(int=next(self._review_ids), version=4)), group_resource=gr, operation=operation,
-            name=name, namespace=namespace, object=obj, old_object=old, kind=t.kind if t else gr.resource,
-            dry_run=dry_run, username=user, propagation_policy=propagation)
-        return dict(render_review(request, version=t.version if t else "v1"))
+            name=name, namespace=namespace, object=obj, old_object=old,
+            kind="Scale" if scale else t.kind if t else gr.resource, dry_run=dry_run, username=user,
+            propagation_policy=propagation, sub_resource=subresource)
+        review: dict[str, Any] = dict(render_review(request, version=t.version if t else "v1"))
+        if scale:  # the kind is autoscaling/v1's, the resource the workload's [U1]
+            review["request"] = {**review["request"], "kind": dict(SCALE_KIND), "requestKind": dict(SCALE_KIND)}
+        return review
+
+
+SCALE_KIND = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+
+
+def scale_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The autoscaling/v1 Scale of a workload (scaleFromDeployment in pkg/registry/apps/deployment/storage/
+    storage.go [U1]): metadata reduced to name, namespace, uid, resourceVersion and creationTimestamp, and
+    spec.replicas left out when 0, as the `omitempty` of autoscaling/v1 ScaleSpec.Replicas writes it."""
+    md = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    selector = selector_string(spec.get("selector"))
+    replicas = spec.get("replicas", 1)  # the API server defaults a workload's replicas to 1
+    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                         if k in md},
+            "spec": {"replicas": replicas} if replicas else {},
+            "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
+                       **({"selector": selector} if selector else {})}}
 
 
 def gate_hook(store: Store, *, on_decision: Callable[[AdmissionRequest, Decision], None] | None = None,

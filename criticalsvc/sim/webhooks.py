@@ -44,6 +44,8 @@ EXEMPT = frozenset({
 })
 # In a WebhookRule: every resource of every group (top-level resources only, as `resources: ["*"]`).
 ANY_RESOURCE = GroupResource("*", "*")
+# A request to a subresource is matched as `<resource>/<subresource>` (GroupResource("apps",
+# "deployments/scale")), as a rule names it (predicates/rules/rules.go [D5]); `*` never matches one.
 
 
 def selects(selector: LabelSelector, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None) -> bool:
@@ -74,7 +76,8 @@ class WebhookRule:
                 old: Mapping[str, Any] | None) -> bool:
         if operation not in self.operations:
             return False
-        if gr not in self.group_resources and (ANY_RESOURCE not in self.group_resources or gr in EXEMPT):
+        if gr not in self.group_resources and (ANY_RESOURCE not in self.group_resources or gr in EXEMPT
+                                               or "/" in gr.resource):
             return False
         return selects(self.object_selector, obj, old)
 

@@ -13,8 +13,7 @@ from starlette.responses import Response
 
 from ...api import NAMESPACES, ObjectRef
 from ...restmapper import ResourceType
-from .. import tables
-from ..store import StatusError, not_found
+from ..store import StatusError, not_found, scale_of
 from .admission import admitted_write
 from .bodies import check_identity, dry_run, json_body, object_body, request_body
 from .registry import SCALABLE, SCALE_TYPE, has_status
@@ -63,7 +62,8 @@ async def subresource(standin: StandIn, request: Request, info: RequestInfo, *, 
 async def _scale(standin: StandIn, request: Request, info: RequestInfo, *, t: ResourceType, ref: ObjectRef,
                  params: Mapping[str, str], user: str) -> Response:
     """The autoscaling/v1 Scale of a Deployment, ReplicaSet or StatefulSet (`kubectl scale`): a
-    write sets the workload's spec.replicas (an UPDATE of the workload through admission)."""
+    write sets the workload's spec.replicas, reviewed as an UPDATE with subResource `scale` whose
+    objects are Scales (Store.update)."""
     store = standin.store
     if info.verb == "get":
         obj = await standin.read(lambda: existing(store, t, ref))
@@ -94,23 +94,10 @@ async def _scale(standin: StandIn, request: Request, info: RequestInfo, *, t: Re
         updated = copy.deepcopy(current)
         updated.setdefault("spec", {})["replicas"] = replicas
         updated["metadata"].pop("resourceVersion", None)
-        return scale_of(store.update(updated, user=user, dry_run=dry_run(params)))
+        return scale_of(store.update(updated, user=user, dry_run=dry_run(params), subresource="scale"))
 
     scale, warnings = await admitted_write(standin, op)
     return json_response(scale, warnings=warnings)
-
-
-def scale_of(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The autoscaling/v1 Scale of a workload (k8s registry apps/deployment scaleFromDeployment)."""
-    md = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    selector = tables.selector_string(spec.get("selector"))
-    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-            "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                         if k in md},
-            "spec": {"replicas": spec.get("replicas", 1)},  # the API server defaults replicas to 1
-            "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
-                       **({"selector": selector} if selector else {})}}
 
 
 async def _finalize(standin: StandIn, request: Request, ref: ObjectRef) -> Response:
