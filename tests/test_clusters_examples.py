@@ -30,11 +30,11 @@ LABEL = "criticalsvc.io/deletion-protected"
 def _apply(cluster: Backend, example: str, *, without: Iterable[str] = ()) -> None:
     """`kubectl apply -f` until it succeeds: custom resources in the same file need their CRD established
     first (kubectl's "ensure CRDs are installed first"), so a user applies such a file twice. Documents
-    of the kinds in `without` are left out."""
+    named in `without` are left out."""
     path = EXAMPLES / example
     text = path.read_text(encoding="utf-8")
     if without:
-        docs = [d for d in yaml.safe_load_all(text) if d and d["kind"] not in without]
+        docs = [d for d in yaml.safe_load_all(text) if d and d["metadata"]["name"] not in without]
         text = yaml.safe_dump_all(docs)
     last: list[subprocess.CompletedProcess[str]] = []
 
@@ -54,6 +54,22 @@ def _refused(result: subprocess.CompletedProcess[str], *needles: str) -> bool:
 def _dry_delete(cluster: Backend, *target: str) -> subprocess.CompletedProcess[str]:
     # --dry-run=server: the API server runs admission (the gate) and deletes nothing.
     return cluster.kubectl("delete", *target, "--dry-run=server", "--wait=false")
+
+
+def _wait_refused(cluster: Backend, target: tuple[str, ...], *needles: str, what: str, timeout: float = 60) -> None:
+    """Poll a server-side dry-run DELETE of `target` until the gate refuses it with every needle; a timeout
+    names the last answer."""
+    last: list[str] = [""]
+
+    def refused() -> bool:
+        answer = _dry_delete(cluster, *target)
+        last[0] = answer.stderr.strip() or answer.stdout.strip()
+        return _refused(answer, *needles)
+
+    try:
+        wait_for(refused, timeout=timeout, what=what, interval=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the last answer to kubectl delete {' '.join(target)}: {last[0]}") from None
 
 
 def _remove(cluster: Backend, paths: Iterable[str], timeout: float = 120) -> None:
@@ -92,12 +108,10 @@ def test_openkruise_cascading_example(cluster: Backend) -> None:
     _apply(cluster, "openkruise-cascading.yaml")
     ns, crd = "kruise-demo", "widgets.kruise-demo.example.com"
     try:
-        wait_for(lambda: _refused(_dry_delete(cluster, "namespace", ns), "CriticalService kruise-demo-cascading",
-                                  "deployments.apps"),
-                 timeout=60, what="the namespace to be refused for its Deployment with replicas > 0")
-        wait_for(lambda: _refused(_dry_delete(cluster, "crd", crd), "CriticalService widgets-crd-cascading",
-                                  "kruise-demo/first"),
-                 timeout=60, what="the CRD to be refused while a Widget exists")
+        _wait_refused(cluster, ("namespace", ns), "CriticalService kruise-demo-cascading", "deployments.apps",
+                      what="the namespace to be refused for its Deployment with replicas > 0")
+        _wait_refused(cluster, ("crd", crd), "CriticalService widgets-crd-cascading", "kruise-demo/first",
+                      what="the CRD to be refused while a Widget exists")
         ok(cluster.kubectl("scale", "deployment", "worker", "-n", ns, "--replicas=0"))
         # Its Pods (Pending on a cluster without a scheduler: active) go with the scale-down.
         wait_for(lambda: _dry_delete(cluster, "namespace", ns).returncode == 0, timeout=90,
@@ -121,20 +135,18 @@ def test_appcat_example(cluster: Backend) -> None:
     composite = "/apis/appcat.example.io/v1/xpostgresqls/pg1"
     if cluster.name == "real":
         # The composite type unreadable: the gate does not guess that pg1 is gone.
-        _apply(cluster, "appcat.yaml", without={"ClusterRole"})
+        _apply(cluster, "appcat.yaml", without={"criticalsvc-read-xpostgresqls"})
         missing = "the gate may not list xpostgresqls.appcat.example.io (403 Forbidden)"
-        wait_for(lambda: _refused(_dry_delete(cluster, "namespace", ns), missing),
-                 timeout=60, what="the namespace to be refused, naming the missing grant, while the composite "
-                 "type cannot be read")
+        _wait_refused(cluster, ("namespace", ns), missing,
+                      what="the namespace to be refused, naming the missing grant, while the composite type cannot "
+                      "be read")
     _apply(cluster, "appcat.yaml")
     gone = "xpostgresqls.appcat.example.io pg1 still exists"
     try:
-        wait_for(lambda: _refused(_dry_delete(cluster, "namespace", ns), "CriticalService appcat-pg1-namespace",
-                                  gone),
-                 timeout=60, what="the namespace to be refused while the composite exists")
-        wait_for(lambda: _refused(_dry_delete(cluster, "pvc", pvc, "-n", ns), "CriticalService appcat-pg1-data",
-                                  gone),
-                 timeout=60, what="the labelled PVC to be refused while the composite exists")
+        _wait_refused(cluster, ("namespace", ns), "CriticalService appcat-pg1-namespace", gone,
+                      what="the namespace to be refused while the composite exists")
+        _wait_refused(cluster, ("pvc", pvc, "-n", ns), "CriticalService appcat-pg1-data", gone,
+                      what="the labelled PVC to be refused while the composite exists")
         # An unlabelled PVC in the same namespace is not the selector's.
         ok(cluster.kubectl("create", "-f", "-", input=yaml.safe_dump({
             "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "scratch", "namespace": ns},
@@ -148,7 +160,8 @@ def test_appcat_example(cluster: Backend) -> None:
         _remove(cluster, (composite, f"/api/v1/namespaces/{ns}",
                           "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/xpostgresqls.appcat.example.io",
                           f"{CRITICAL_SERVICES}/appcat-pg1-namespace", f"{CRITICAL_SERVICES}/appcat-pg1-data",
-                          f"{CLUSTERROLES}/criticalsvc-read-appcat"))
+                          f"{CLUSTERROLES}/criticalsvc-read-xpostgresqls",
+                          f"{CLUSTERROLES}/criticalsvc-read-persistentvolumeclaims"))
 
 
 def test_crossplane_usage_example(cluster: Backend) -> None:
@@ -157,10 +170,10 @@ def test_crossplane_usage_example(cluster: Backend) -> None:
     _apply(cluster, "crossplane-usage.yaml")
     used = "/apis/compute.example.org/v1/clusters/prod-cluster"
     try:
-        wait_for(lambda: _refused(_dry_delete(cluster, "clusters.compute.example.org", "prod-cluster"),
-                                  "CriticalService prod-cluster-used-by-app-release",
-                                  "releases.helm.example.org app-release still exists"),
-                 timeout=90, what="the used Cluster to be refused (its type routed to the gate)")
+        _wait_refused(cluster, ("clusters.compute.example.org", "prod-cluster"),
+                      "CriticalService prod-cluster-used-by-app-release",
+                      "releases.helm.example.org app-release still exists", timeout=90,
+                      what="the used Cluster to be refused (its type routed to the gate)")
         if cluster.name == "real":
             wait_for(lambda: _condition(cluster, "prod-cluster-used-by-app-release", "ReplayPermitted") == "True",
                      timeout=90, what="the gate to be permitted to replay")
