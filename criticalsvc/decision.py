@@ -261,8 +261,9 @@ def _namespace_blocks(namespace: str, hosted: Sequence[CriticalService], state: 
         return blocks
     for cs in confined_unmet:
         if cs.name in wedge.services:
-            blocks += _criteria_blocks(cs, state, f"protects {_provider(cs)}, which lives in this namespace, and "
-                                       f"the namespace controller could never empty it ({wedge.describe()}),")
+            blocks += _criteria_blocks(cs, state, f"protects {_provider(cs)}, which lives in this namespace (all "
+                                       "its criteria's objects do too, but the namespace controller could never "
+                                       f"empty it: {wedge.describe()}),")
     return blocks
 
 

@@ -600,8 +600,9 @@ def test_criterion_in_the_providers_own_namespace_warns_when_another_is_not():
                                     specific("", "configmaps", "app", "cfg")))
     assert d.allowed and d.rule is Rule.VALID_SPEC
     assert [w.split(":")[0] for w in d.warnings] == ["spec.criteria[1]", "spec.criteria[2]"]
-    assert d.warnings[0] == ("spec.criteria[1]: its objects live in the provider's namespace app, but spec.criteria[0]'s "
-                             "do not, so deleting app is refused until these are gone too: delete them first")
+    assert d.warnings[0] == ("spec.criteria[1]: its objects live in the provider's namespace app, but "
+                             "spec.criteria[0]'s do not, so deleting app is refused until these are gone too: "
+                             "delete them first")
 
 
 def test_unserved_types_warn():
