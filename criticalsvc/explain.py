@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from . import criteria
+from . import criteria, nsorder
 from .admission import AdmissionRequest
 from .api import CRD_NAME, CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, ObjectRef, ReplayDeletion
 from .criteria import Verdict
@@ -113,7 +113,9 @@ def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | 
         add(cs, "protects it (it is the provider)")
     if target.group_resource == NAMESPACES:
         for cs in sorted(state.hosted_in(target.name), key=lambda c: c.name):
-            add(cs, f"protects {cs.provider}, which lives in this namespace")
+            add(cs, f"protects {cs.provider}, which lives in this namespace" + (
+                " (confined to it: does not hold the namespace back, its provider waits inside)"
+                if nsorder.confined(cs) else ""))
     if target.group_resource == CRITICAL_SERVICES:
         for cs in state.critical_services():
             if cs.name == target.name:

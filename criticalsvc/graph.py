@@ -9,7 +9,8 @@ Two granularities, both networkx DiGraphs whose edges point from what must go fi
   finish; `check_no_cycle` rejects the spec that would close one.
 
 * `teardown_graph` — one node per object of a bundle. Content goes before its namespace, instances
-  before their CRD, objects a criterion covers before the provider and the provider's namespace, and
+  before their CRD, objects a criterion covers before the provider and (unless the CriticalService is
+  confined to it, criticalsvc/nsorder.py) the provider's namespace, and
   the provider (and its namespace) before the CriticalService. `phases` are the topological
   generations: the order in which things are gone when everything is deleted at once.
 """
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 import networkx as nx
 
-from . import criteria
+from . import criteria, nsorder
 from .api import CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, GroupResource, ObjectRef
 from .errors import DependencyCycle
 from .objects import KubeObject
@@ -127,7 +128,9 @@ def teardown_graph(objects: Sequence[KubeObject], services: Iterable[CriticalSer
         provider_gr = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
         provider = attrs.evolve(cs.provider, group_resource=provider_gr)
         waits = [provider]
-        if provider.namespace:
+        if provider.namespace and not nsorder.confined(cs):
+            # A confined CriticalService does not hold its namespace back (criticalsvc/nsorder.py): the
+            # namespace waits for its content as any namespace does, and its provider for the criteria.
             waits.append(ObjectRef(NAMESPACES, "", provider.namespace))
         waits = [w for w in waits if w in present]
         for o in objects:
