@@ -2,7 +2,11 @@
 
     DELETE of a provider          every CriticalService whose provider it is must have all criteria met
     DELETE of a namespace         no CriticalService whose (existing) provider lives there may have unmet
-                                  criteria: deleting the namespace would take the provider down
+                                  criteria: deleting the namespace would take the provider down - except one
+                                  confined to that namespace (criticalsvc/nsorder.py: all its criteria's objects
+                                  live there), whose provider outlives them inside the terminating namespace
+                                  (its own DELETE is refused, the namespace controller retries), unless the
+                                  controller's own order would wedge (nsorder.find_wedge)
     DELETE of a CriticalService   not while its provider exists (terminating or not), nor while the
                                   provider's namespace is terminating: the protection outlives what it
                                   protects, so it is the last of its group to go
@@ -13,7 +17,8 @@
     annotation break-glass=<reason>     allow what would be denied, with a warning; logged by the caller
     spec.enforcement: Warn              that CriticalService's denials become warnings
     CREATE/UPDATE of a CriticalService  reject an invalid spec or one that closes a dependency cycle;
-                                  warn when criteria objects live in the provider's own namespace
+                                  warn when some, not all, criteria objects live in the provider's own
+                                  namespace, or when deleting that namespace would be refused as a wedge
     UPDATE of a provider          held while criteria are unmet when its CriticalService says
                                   holdUpdates: WhileBlocking; replicas set to 0 (the object or its
                                   `scale` subresource) refused when it says scaleToZero: DenyWhileBlocking.
@@ -40,7 +45,7 @@ from typing import Any
 
 import attrs
 
-from . import criteria, updates
+from . import criteria, nsorder, updates
 from .admission import AdmissionRequest
 from .api import (
     BREAK_GLASS_ANNOTATION,
@@ -53,6 +58,7 @@ from .api import (
     NAMESPACES,
     CriticalService,
     Enforcement,
+    FinalizerCriterion,
     GroupResource,
     HoldUpdates,
     ObjectRef,
@@ -198,12 +204,10 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
     blocks: list[Block] = []
     protected = False
     if gr == NAMESPACES:
-        for cs in sorted(state.hosted_in(name), key=lambda c: c.name):
-            here = _provider_here(cs, name, state)
-            if not here:
-                continue  # deleting the namespace cannot take down a provider that is not there
-            protected = True
-            blocks += _criteria_blocks(cs, state, here)
+        # Deleting the namespace cannot take down a provider that is not there.
+        hosted = [cs for cs in sorted(state.hosted_in(name), key=lambda c: c.name) if _provider_here(cs, name, state)]
+        protected = protected or bool(hosted)
+        blocks += _namespace_blocks(name, hosted, state)
     if gr == CRITICAL_SERVICES:
         protected = True
         blocks += _service_blocks(request, name, state)
@@ -266,6 +270,30 @@ def _criteria_blocks(cs: CriticalService, state: ClusterState, why: str) -> list
         return []
     clauses = "; ".join(v.describe() for v in unmet)
     return [Block(f"CriticalService {cs.name} {why} until: {clauses}", cs.name, cs.enforcement)]
+
+
+def _namespace_blocks(namespace: str, hosted: Sequence[CriticalService], state: ClusterState) -> list[Block]:
+    """Why the namespace may not go: the unmet CriticalServices hosted there that are not confined to it,
+    and the confined ones only if the namespace controller's order would wedge (criticalsvc/nsorder.py)."""
+    blocks: list[Block] = []
+    confined_unmet: list[CriticalService] = []
+    for cs in hosted:
+        found = _criteria_blocks(cs, state, _provider_here(cs, namespace, state))
+        if found and nsorder.confined(cs):
+            confined_unmet.append(cs)  # its provider's own DELETE keeps it until the namespace empties
+        else:
+            blocks += found
+    if not confined_unmet:
+        return blocks
+    wedge = nsorder.find_wedge(namespace, hosted, state)
+    if wedge is None:
+        return blocks
+    for cs in confined_unmet:
+        if cs.name in wedge.services:
+            blocks += _criteria_blocks(cs, state, _provider_here(cs, namespace, state).rstrip(",") + " (all its "
+                                       "criteria's objects do too, but the namespace controller could never "
+                                       f"empty it: {wedge.describe()}),")
+    return blocks
 
 
 def _service_blocks(request: AdmissionRequest, name: str, state: ClusterState) -> list[Block]:
@@ -379,10 +407,7 @@ def _spec_warnings(cs: CriticalService, state: ClusterState, manages_routes: boo
         named = criteria.named_resource(c)
         if state.resolve(named) is None:
             out.append(f"spec.criteria[{i}]: {named} is not served (yet); the criterion holds until it is")
-        ns = criteria.criterion_namespace(c)
-        if ns and cs.provider.namespace and ns == cs.provider.namespace:
-            out.append(f"spec.criteria[{i}]: its objects live in the provider's own namespace {ns}; "
-                       "deleting that namespace can wedge (a non-goal of the design)")
+    out += _namespace_warnings(cs, state)
     return out
 
 
@@ -480,6 +505,28 @@ def _doing(rule: Rule, ref: ObjectRef) -> str:
 def _metadata_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
     return metadata if isinstance(metadata, Mapping) else {}
+
+
+def _namespace_warnings(cs: CriticalService, state: ClusterState) -> list[str]:
+    """Criteria objects in the provider's own namespace: fine when all of them are (the namespace may go,
+    criticalsvc/nsorder.py), unless its controller's order would wedge; a trap when only some are."""
+    ns = cs.provider.namespace
+    if not ns:
+        return []
+    inside = [i for i, c in enumerate(cs.criteria) if nsorder.confined_criterion(c, ns)]
+    if not inside:
+        return []
+    outside = [i for i in range(len(cs.criteria)) if i not in inside]
+    if outside:
+        j = outside[0]
+        why = " (a Finalizer criterion spans all namespaces)" if isinstance(cs.criteria[j], FinalizerCriterion) else ""
+        return [f"spec.criteria[{i}]: its objects live in the provider's namespace {ns}, but spec.criteria[{j}]'s do "
+                f"not{why}, so deleting {ns} is refused until these are gone too: delete them first" for i in inside]
+    hosted = [c for c in state.hosted_in(ns) if c.name != cs.name and _provider_here(c, ns, state)]
+    wedge = nsorder.find_wedge(ns, [*hosted, cs], state)
+    if wedge is None or cs.name not in wedge.services:
+        return []
+    return [f"deleting namespace {ns} would be refused while its objects are as now: {wedge.describe()}"]
 
 
 def _name_of(obj: Mapping[str, Any] | None) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from . import criteria
+from . import criteria, nsorder
 from .admission import AdmissionRequest
 from .api import CRD_NAME, CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, ObjectRef, ReplayDeletion
 from .criteria import Verdict
@@ -116,11 +116,14 @@ def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | 
             f"selects it by its labels (spec.provider.selector: {cs.provider}) and protects it")
     if target.group_resource == NAMESPACES:
         for cs in sorted(state.hosted_in(target.name), key=lambda c: c.name):
+            inside = (" (confined to it: does not hold the namespace back, its provider waits inside)"
+                      if nsorder.confined(cs) else "")
             if isinstance(cs.provider, ObjectRef):
-                add(cs, f"protects {cs.provider}, which lives in this namespace")
+                add(cs, f"protects {cs.provider}, which lives in this namespace{inside}")
             elif members := provider_objects(cs.provider, state, namespace=target.name):
                 first = ", ".join(o.key for o in itertools.islice(members, 3))
-                add(cs, f"protects {cs.provider}, of which {len(members)} live in this namespace (first: {first})")
+                add(cs, f"protects {cs.provider}, of which {len(members)} live in this namespace (first: {first})"
+                        f"{inside}")
     if target.group_resource == CRITICAL_SERVICES:
         for cs in state.critical_services():
             if cs.name == target.name:

@@ -18,9 +18,10 @@ Two granularities, both networkx DiGraphs whose edges point from what must go fi
   will ever realise.
 
 * `teardown_graph` — one node per object of a bundle. Content goes before its namespace, instances
-  before their CRD, objects a criterion covers before the provider and the provider's namespace, and
-  the provider (and its namespace) before the CriticalService. A provider selector makes each object of
-  the bundle it selects a provider there, each waiting for the criteria. `phases` are the topological
+  before their CRD, objects a criterion covers before the provider and (unless the CriticalService is
+  confined to it, criticalsvc/nsorder.py) the provider's namespace, and the provider (and its namespace)
+  before the CriticalService. A provider selector makes each object of the bundle it selects a provider
+  there, each waiting for the criteria. `phases` are the topological
   generations: the order in which things are gone when everything is deleted at once.
 """
 
@@ -32,7 +33,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 import networkx as nx
 
-from . import criteria
+from . import criteria, nsorder
 from .api import (
     CRDS,
     CRITICAL_SERVICES,
@@ -194,12 +195,16 @@ def _waiting(cs: CriticalService, objects: Sequence[KubeObject], state: ClusterS
     selects, and the namespaces they live in."""
     provider_gr = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
     p = cs.provider
+    # A confined CriticalService does not hold its namespace back (criticalsvc/nsorder.py): the namespace
+    # waits for its content as any namespace does, and its provider for the criteria.
+    holds_namespace = not nsorder.confined(cs)
     if isinstance(p, ObjectRef):
         provider = attrs.evolve(p, group_resource=provider_gr)
-        return [provider, *((ObjectRef(NAMESPACES, "", provider.namespace),) if provider.namespace else ())]
+        return [provider, *((ObjectRef(NAMESPACES, "", provider.namespace),)
+                            if provider.namespace and holds_namespace else ())]
     members = [o.ref for o in objects if o.group_resource == provider_gr and p.matches(o.namespace, o.labels)]
     namespaces = sorted({m.namespace for m in members if m.namespace} | ({p.namespace} if p.namespace else set()))
-    return [*members, *(ObjectRef(NAMESPACES, "", ns) for ns in namespaces)]
+    return [*members, *(ObjectRef(NAMESPACES, "", ns) for ns in namespaces if holds_namespace)]
 
 
 def plan(objects: Sequence[KubeObject], services: Iterable[CriticalService], state: ClusterState) -> Plan:

@@ -592,13 +592,17 @@ def test_spec_update_is_checked_against_the_others():
                  operation="UPDATE", old=old).allowed
 
 
-def test_criterion_in_the_providers_own_namespace_warns():
-    """A criterion whose objects live in the provider's own namespace is allowed with a wedge warning."""
+def test_criterion_in_the_providers_own_namespace_warns_when_another_is_not():
+    """Criteria in the provider's own namespace beside one that is not (partly confined): each in-namespace
+    criterion warns that the namespace stays refused until its objects are gone (tests/test_namespace_order.py
+    has the fully confined case, which does not warn)."""
     d = write(MemoryState(), cs_obj("web", PROVIDER, resources("", "pods", "other"), resources("", "pods", "app"),
                                     specific("", "configmaps", "app", "cfg")))
     assert d.allowed and d.rule is Rule.VALID_SPEC
     assert [w.split(":")[0] for w in d.warnings] == ["spec.criteria[1]", "spec.criteria[2]"]
-    assert "its objects live in the provider's own namespace app; deleting that namespace can wedge" in d.warnings[0]
+    assert d.warnings[0] == ("spec.criteria[1]: its objects live in the provider's namespace app, but "
+                             "spec.criteria[0]'s do not, so deleting app is refused until these are gone too: "
+                             "delete them first")
 
 
 def test_unserved_types_warn():

@@ -142,10 +142,58 @@ def oracle_provider_delete(world: World, target: Target) -> Expected:
     return expected_for(world, [s for s in world.services if provider_key(world, s) == key])
 
 
+def confined(service: Mapping[str, Any]) -> bool:
+    """Every criterion names objects in the provider's own namespace (a Finalizer criterion never does)."""
+    ns = service["spec"]["provider"]["namespace"]
+    return bool(ns) and all(c["type"] != "Finalizer" and next(v for k, v in c.items() if k != "type")
+                            .get("namespace") == ns for c in service["spec"]["criteria"])
+
+
+def wedged(world: World, services: list[Mapping[str, Any]]) -> set[str]:
+    """The confined Enforce services on a cycle of the namespace controller's order (design/criticalservice.md
+    "Order inside a namespace"): a provider waits for what its criteria cover; an object of a provider's type
+    that sorts after it is tried only once that provider may go; nothing but pods while a provider pod waits."""
+    Key = tuple[str, str, str]  # (type, namespace, name): Obj holds a dict, so it is no dict key
+    waits: dict[Key, set[Key]] = {}
+    owner: dict[Key, str] = {}
+    for s in services:
+        if s["spec"].get("enforcement", "Enforce") != "Enforce":
+            continue
+        p = exists(world, provider_key(world, s))
+        if p is not None:
+            key = (p.type, p.namespace, p.name)
+            owner[key] = s["metadata"]["name"]
+            waits.setdefault(key, set()).update((o.type, o.namespace, o.name) for o in all_objects(world)
+                                                for c in s["spec"]["criteria"] if covers(world, c, o))
+    after: dict[Key, set[Key]] = {}  # object -> the objects it cannot go before
+    for p, covered in waits.items():
+        after.setdefault(p, set()).update(covered)
+    for o in {o for covered in waits.values() for o in covered}:
+        for p, covered in waits.items():
+            if (p[0] == o[0] and p[2] < o[2]) or (p[0] == "pods" and o[0] != "pods"):
+                after.setdefault(o, set()).update(covered | {p})
+    out = set()
+    for p in waits:  # DFS: can p reach itself?
+        seen: set[Key] = set()
+        stack = list(after.get(p, ()))
+        while stack:
+            n = stack.pop()
+            if n == p:
+                out.add(owner[p])
+                break
+            if n not in seen:
+                seen.add(n)
+                stack.extend(after.get(n, ()))
+    return out
+
+
 def oracle_namespace_delete(world: World, target: Target) -> Expected:
-    """ALLOW iff no Enforce CriticalService whose existing provider lives in the namespace has unmet criteria."""
-    return expected_for(world, [s for s in world.services if s["spec"]["provider"]["namespace"] == target.name
-                                and exists(world, provider_key(world, s)) is not None])
+    """ALLOW iff no Enforce CriticalService whose existing provider lives in the namespace has unmet criteria,
+    not counting those confined to it - unless they are on a cycle of the namespace controller's order."""
+    hosted = [s for s in world.services if s["spec"]["provider"]["namespace"] == target.name
+              and exists(world, provider_key(world, s)) is not None]
+    stuck = wedged(world, [s for s in hosted if confined(s)])
+    return expected_for(world, [s for s in hosted if not confined(s) or s["metadata"]["name"] in stuck])
 
 
 # --- running the gate ----------------------------------------------------------------------------------
