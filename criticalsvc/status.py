@@ -12,6 +12,9 @@ writer that recomputes every few seconds does not churn it.
                                                 --no-manage-provider-webhooks): the message says what to add
                False (RoutePending)             the gate manages routes but has not written this one yet
                False (RoutingFailed)            writing the route failed: the message names the API error
+               False (InvalidCondition)         a criterion's stored condition does not compile (written while
+                                                the webhook was away): every object of that criterion counts,
+                                                so it never holds - the message names the field and the error
     Blocking   True  (CriteriaUnmet)            deleting the provider (or its namespace) is denied now
                False (CriteriaMet)              it would be allowed
     ReplayPermitted   (spec.replayDeletion: WhenTearingDown only)
@@ -72,7 +75,15 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     unmet = [(i, v) for i, v in enumerate(verdicts) if not v.satisfied]
     provider = state.get(cs.provider) if isinstance(cs.provider, ObjectRef) else None
     provider_type = state.resolve(cs.provider.group_resource)
-    if provider_type is None:
+    broken = [c.condition.error for c in cs.criteria if c.condition is not None and c.condition.error]
+    if broken:
+        # Protection stays (fail closed: criticalsvc/condition.py, compile_condition), but the criterion can
+        # never hold, so the teardown it orders would never finish: say so where `kubectl get csvc` looks.
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        ready = _condition("Ready", False, "InvalidCondition",
+                           f"{broken[0]}{more}; every object of the criterion counts, so it never holds - fix the "
+                           "condition", now=stamp, generation=generation, previous=prev_conditions)
+    elif provider_type is None:
         ready = _condition("Ready", False, "ProviderTypeNotServed",
                            f"{cs.provider.group_resource} is not served; nothing is protected until it is",
                            now=stamp, generation=generation, previous=prev_conditions)

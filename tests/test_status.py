@@ -136,3 +136,24 @@ def test_replay_permission_and_intents_appear_only_when_replay_is_asked_for(stor
     assert listed == [{"object": str(cs.provider), "uid": "uid-1", "user": "alice",
                        "requestedAt": "2023-11-14T22:13:20Z", "phase": "Waiting", "propagationPolicy": "Foreground",
                        "message": "waiting for what blocks it to be deleted"}]
+
+
+def test_a_stored_condition_that_does_not_compile_makes_ready_false_naming_the_field(story):
+    """A CriticalService stored with a condition that does not compile (the webhook was away) keeps
+    protecting - its criterion counts every object - and Ready says why it can never hold."""
+    from criticalsvc.api import parse_critical_service
+
+    state, cs = story
+    raw = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "typo"},
+           "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "finalizer-namespace",
+                                 "name": "finalizer-deployment"},
+                    "criteria": [{"type": "Resources", "resources": {"resource": "pods"},
+                                  "condition": "objekt.status.phase == 'Running'"}]}}
+    typo = parse_critical_service(raw, lenient_conditions=True)
+    ready = _cond(compute_status(typo, state, now=0), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidCondition")
+    assert ready["message"].startswith("spec.criteria[0].condition does not compile: undeclared reference to 'objekt'")
+    # The same spec with a condition that compiles is Ready.
+    fixed = parse_critical_service({**raw, "spec": {**raw["spec"], "criteria": [
+        {**raw["spec"]["criteria"][0], "condition": "object.status.phase == 'Running'"}]}})
+    assert _cond(compute_status(fixed, state, now=0), "Ready")["reason"] == "Enforcing"
