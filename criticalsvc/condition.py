@@ -16,9 +16,11 @@ evaluation error (`no such key: status`, `no such overload`): an error counts as
 fails closed - a condition that cannot say "this object does not matter" never lets a deletion
 through - and the error is shown wherever the object is (denials, `explain`, status blockers).
 
-Checked at compile time, as cel-go's checker would for a `dyn`-typed `object`: the syntax, and every
+Checked at compile time, as cel-go's checker would for a `dyn`-typed `object`: the syntax, every
 identifier referring to a declared variable (`object`, the variables of comprehension macros such as
-`exists(k, ...)`, CEL's type names). Types are not checked statically (`object` is dyn: its fields
+`exists(k, ...)`, CEL's type names), and every function or method called being one the evaluator has
+(CEL's standard library as cel-python implements it; Kubernetes' CEL libraries such as `lowerAscii`
+or `quantity` are not, so they are refused here rather than erroring on every object). Types are not checked statically (`object` is dyn: its fields
 are only known per object), so `object.spec.replicas > 'a'` compiles and errors per object.
 """
 
@@ -125,6 +127,11 @@ def _compile_checked(expression: str) -> Any:
     undeclared = _undeclared(ast)
     if undeclared is not None:
         return f"undeclared reference to '{undeclared}'"
+    unknown = _unknown_function(ast)
+    if unknown is not None:
+        # cel-go's checker refuses a call it has no declaration for; without this, every object would
+        # count with "no such function" and the criterion would silently never hold.
+        return f"undeclared reference to '{unknown}': not a function of CEL's standard library as the gate evaluates it"
     return env.program(ast), _read_paths(ast)
 
 
@@ -140,6 +147,32 @@ def _env() -> Any:
         return celpy.Environment()
     finally:
         sys.setrecursionlimit(limit)
+
+
+@functools.cache
+def _functions() -> frozenset[str]:
+    """The functions and methods a condition may call: cel-python's standard library (operators aside)
+    and the macros (cel-spec langdef.md, "Macros" and "Functions")."""
+    import celpy.evaluation
+
+    named = {f for f in celpy.evaluation.base_functions if f[:1].isalpha()}
+    return frozenset(named | _BINDING_MACROS | {"has", "all"})
+
+
+def _unknown_function(ast: Any) -> str | None:
+    """The first function or method called that the evaluator does not have, or None."""
+    from lark import Token
+
+    for node in ast.iter_subtrees_topdown():
+        if node.data == "ident_arg" and node.children and isinstance(node.children[0], Token):
+            name = str(node.children[0])
+        elif node.data == "member_dot_arg" and len(node.children) in (2, 3) and isinstance(node.children[1], Token):
+            name = str(node.children[1])
+        else:
+            continue
+        if name not in _functions():
+            return name
+    return None
 
 
 def _depth(ast: Any) -> int:

@@ -466,3 +466,26 @@ def test_a_condition_is_evaluated_only_on_the_objects_its_criterion_looks_at() -
     assert here is not None and there is not None
     assert (here.outcomes, there.outcomes) == ((ACTIVE, True), ())
     assert "ns-a/run" in delete_provider(state).message and "elsewhere" not in delete_provider(state).message
+
+
+@pytest.mark.parametrize("expression,unknown", [
+    ("object.metadata.name.lowerAscii() == 'a'", "lowerAscii"),  # a Kubernetes CEL library function
+    ("bogus(object) > 1", "bogus"),
+    ("object.spec.items.exists(i, i.quantity() > 1)", "quantity"),
+])
+def test_a_call_the_evaluator_does_not_have_is_refused_when_compiled(expression: str, unknown: str) -> None:
+    """cel-go's checker refuses an undeclared function; so does the gate, instead of letting every object
+    count with "no such function" at evaluation (the criterion would silently never hold)."""
+    with pytest.raises(InvalidSpec) as refused:
+        compile_condition(expression, "spec.criteria[0].condition")
+    assert str(refused.value) == (f"spec.criteria[0].condition: undeclared reference to '{unknown}': not a function "
+                                  "of CEL's standard library as the gate evaluates it")
+
+
+@pytest.mark.parametrize("expression", [
+    "size(object.spec.items) > 0", "object.spec.items.size() > 0", "object.metadata.name.startsWith('a')",
+    "object.spec.items.all(i, has(i.x))", "object.spec.items.map(i, i + 1).exists_one(i, i == 2)",
+    "int(object.spec.replicas) > 0 && string(object.kind).matches('^Dep')",
+])
+def test_standard_library_calls_compile(expression: str) -> None:
+    assert compile_condition(expression, "c").expression == expression
