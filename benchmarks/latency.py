@@ -2,12 +2,15 @@
 
     python -m benchmarks latency [--connections 1,4,16] [--duration 3] [--rounds 3] [--workloads protected,unprotected]
                                  [--services 20] [--crs 2000] [--log-level info] [--json]
+                                 [--condition EXPR] [--provider-selector]
 
 Both servers are separate processes on the same starlette + hypercorn stack with the same TLS
 settings (criticalsvc.serving.Service, certificates from `criticalsvc certs --san 127.0.0.1`):
 
     gate   `criticalsvc serve --state SNAPSHOT` on a generated cluster (benchmarks.scale.cluster:
-           --services operators with CRDs and CriticalServices, --crs CRs with finalizers)
+           --services operators with CRDs and CriticalServices, --crs CRs with finalizers; with
+           --condition, every Finalizer criterion carries that CEL condition, and with
+           --provider-selector every provider is chosen by its labels instead of its name)
     bare   the same Service around an app whose /validate reads the body, decodes it with orjson
            and answers allowed: true for its uid - everything but the decision, metrics and log line
 
@@ -167,10 +170,11 @@ def review_body(services: int, workload: str = "protected") -> bytes:
     return json.dumps(review, separators=(",", ":")).encode()
 
 
-def write_snapshot(path: Path, services: int, crs: int) -> int:
+def write_snapshot(path: Path, services: int, crs: int, condition: str | None = None,
+                   selector: bool = False) -> int:
     from .scale import cluster
 
-    items = [copy.deepcopy(dict(m.obj)) for m in cluster(services, crs)]
+    items = [copy.deepcopy(dict(m.obj)) for m in cluster(services, crs, 0, condition, selector)]
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     return len(items)
 
@@ -287,6 +291,9 @@ def main(argv: list[str]) -> int:
                    help=f"comma-separated, of: {', '.join(WORKLOADS)}")
     p.add_argument("--services", type=int, default=20, help="CriticalServices in the gate's snapshot")
     p.add_argument("--crs", type=int, default=2000, help="CRs with finalizers in the gate's snapshot")
+    p.add_argument("--condition", default=None, help="a CEL condition on every Finalizer criterion of the snapshot")
+    p.add_argument("--provider-selector", action="store_true",
+                   help="the snapshot's CriticalServices choose their providers by label selector")
     p.add_argument("--log-level", default="info", help="the gate's --log-level (info: one line per decision)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--serve-bare", metavar="DIR", help=argparse.SUPPRESS)
@@ -310,7 +317,7 @@ def main(argv: list[str]) -> int:
         work = Path(tmp)
         make_certs(work)
         snapshot = work / "snapshot.json"
-        objects = write_snapshot(snapshot, args.services, args.crs)
+        objects = write_snapshot(snapshot, args.services, args.crs, args.condition, args.provider_selector)
         reviews = {}
         for workload in args.workloads:
             reviews[workload] = work / f"review-{workload}.json"
@@ -375,6 +382,7 @@ def main(argv: list[str]) -> int:
         "reviewBytes": review_bytes,
         "gateDecision": decisions,
         "snapshotObjects": objects, "snapshotServices": args.services,
+        "snapshotCondition": args.condition or "", "snapshotProviderSelector": args.provider_selector,
         "durationSeconds": args.duration, "rounds": args.rounds, "gateLogLevel": args.log_level,
         "goal": f"gate p99 <= {P99_GOAL} x bare, throughput >= {THROUGHPUT_GOAL} x bare",
         "goalMet": {w: met(w) for w in reviews},
