@@ -205,11 +205,13 @@ CONFIGMAPS = GroupResource("", "configmaps")
 CONTROL = World(
     crd_present=False,
     objects=({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "p0", "namespace": "ns-a"}},
-             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns-a"}}),
+             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns-b"}}),
+    # The criterion's object lives in another namespace: one in ns-a would confine cs0 to ns-a, and ns-a's
+    # deletion would not wait for it (criticalsvc/nsorder.py), so only the provider's DELETE could disagree.
     services=({"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "cs0"},
                "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "ns-a", "name": "p0"},
                         "criteria": [{"type": "SpecificResource", "specificResource": {
-                            "group": "", "resource": "configmaps", "namespace": "ns-a", "name": "x"}}]}},),
+                            "group": "", "resource": "configmaps", "namespace": "ns-b", "name": "x"}}]}},),
 )
 CONTROL_TARGETS = [Target("apps", "deployments", "ns-a", "p0", False), Target("", "namespaces", "ns-a", "ns-a", False)]
 
@@ -223,7 +225,7 @@ async def _miss_a_deletion(env: RunningStandIn, cache: CacheState) -> None:
     env.faults.add(r".*", watch=True, status=500)  # from now on the cache hears nothing
     env.drop_watches()
     await eventually(lambda: not any(watching()), what="every watch broken off")
-    await env.write(lambda: env.store.delete(ObjectRef(CONFIGMAPS, "ns-a", "x")))
+    await env.write(lambda: env.store.delete(ObjectRef(CONFIGMAPS, "ns-b", "x")))
 
 
 def test_the_comparison_catches_a_stale_cache() -> None:
@@ -239,7 +241,7 @@ def test_the_store_holds_the_world() -> None:
     """world_store creates the namespaces objects live in and refuses nothing in the control world."""
     store, refused = world_store(CONTROL)
     assert refused == []
-    assert store.exists(CONFIGMAPS, "ns-a", "x") and store.exists(GroupResource("", "namespaces"), "", "ns-a")
+    assert store.exists(CONFIGMAPS, "ns-b", "x") and store.exists(GroupResource("", "namespaces"), "", "ns-b")
 
 
 # --- a known disagreement --------------------------------------------------------------------------------

@@ -400,7 +400,7 @@ def test_every_invalid_document_is_reported_at_once(command: str, tmp_path: Path
     assert err[1:] == [
         f"  {bundle}: document 2 (CriticalService one): spec.criteria[0].finalizer.finalizerName: required",
         f"  {bundle}: document 3 (ConfigMap no-api-version): apiVersion: required",
-        f"  {bundle}: document 4 (CriticalService two): spec.provider.name: required",
+        f"  {bundle}: document 4 (CriticalService two): spec.provider: set exactly one of name and selector",
     ]
 
 
