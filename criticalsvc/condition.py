@@ -20,8 +20,9 @@ Checked at compile time, as cel-go's checker would for a `dyn`-typed `object`: t
 identifier referring to a declared variable (`object`, the variables of comprehension macros such as
 `exists(k, ...)`, CEL's type names), and every function or method called being one the evaluator has
 (CEL's standard library as cel-python implements it; Kubernetes' CEL libraries such as `lowerAscii`
-or `quantity` are not, so they are refused here rather than erroring on every object). Types are not checked statically (`object` is dyn: its fields
-are only known per object), so `object.spec.replicas > 'a'` compiles and errors per object.
+or `quantity` are not, so they are refused here rather than erroring on every object). Types are not
+checked statically (`object` is dyn: its fields are only known per object), so
+`object.spec.replicas > 'a'` compiles and errors per object.
 """
 
 from __future__ import annotations

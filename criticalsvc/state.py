@@ -21,7 +21,7 @@ A state that cannot answer (cache not synced, live read failed) raises StateUnav
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Iterator, Mapping
 from typing import Protocol, TypeVar
 
@@ -259,10 +259,13 @@ class MemoryState:
         # is compared after resolution, so the index must not depend on its spelling.
         self._by_provider: dict[tuple[str, str, str], dict[str, CriticalService]] = defaultdict(dict)
         self._by_provider_ns: dict[str, dict[str, CriticalService]] = defaultdict(dict)
-        # Provider selectors by group (the resource may be a Kind, as above): a DELETE matches the labels
-        # of the few selectors on its group only, never every CriticalService. Those that name no
-        # namespace may select objects in any, so every namespace DELETE looks at them.
-        self._by_selector: dict[str, dict[str, CriticalService]] = defaultdict(dict)
+        # Provider selectors by (group, namespace) - None for those that name no namespace - (the resource
+        # may be a Kind, as above): a DELETE matches the labels of the selectors of its own group and
+        # namespace, and of its group's namespace-less ones, never every CriticalService (benchmarks/scale.py,
+        # selectors sweep: keyed by group alone, 1,000 selectors in one group tripled the p99). Those that
+        # name no namespace may select objects in any, so every namespace DELETE looks at them.
+        self._by_selector: dict[tuple[str, str | None], dict[str, CriticalService]] = defaultdict(dict)
+        self._selector_groups: Counter[str] = Counter()
         self._selectors_anywhere: dict[str, CriticalService] = {}
 
     # --- writes ---------------------------------------------------------------------------------
@@ -334,7 +337,8 @@ class MemoryState:
         self._services[cs.name] = cs
         p = cs.provider
         if isinstance(p, ProviderSelector):
-            self._by_selector[p.group_resource.group][cs.name] = cs
+            self._by_selector[(p.group_resource.group, p.namespace)][cs.name] = cs
+            self._selector_groups[p.group_resource.group] += 1
             if p.namespace is None:
                 self._selectors_anywhere[cs.name] = cs
             else:
@@ -349,7 +353,10 @@ class MemoryState:
             return None
         p = old.provider
         if isinstance(p, ProviderSelector):
-            _discard(self._by_selector, p.group_resource.group, name)
+            _discard(self._by_selector, (p.group_resource.group, p.namespace), name)
+            self._selector_groups[p.group_resource.group] -= 1
+            if not self._selector_groups[p.group_resource.group]:
+                del self._selector_groups[p.group_resource.group]
             self._selectors_anywhere.pop(name, None)
             if p.namespace is not None:
                 _discard(self._by_provider_ns, p.namespace, name)
@@ -419,13 +426,16 @@ class MemoryState:
     def protecting(self, provider: ObjectRef, labels: Mapping[str, str] | None = None) -> Collection[CriticalService]:
         key = (provider.group_resource.group, provider.namespace, provider.name)
         candidates = list(self._by_provider.get(key, {}).values())
-        selectors = self._by_selector.get(provider.group_resource.group)
-        if selectors:
-            if labels is None:
+        group = provider.group_resource.group
+        if group in self._selector_groups:
+            selectors = [*self._by_selector.get((group, None), {}).values(),
+                         *(self._by_selector.get((group, provider.namespace), {}).values() if provider.namespace
+                           else ())]
+            if selectors and labels is None:
                 stored = self.get(provider)
                 labels = stored.labels if stored is not None else {}
-            candidates += [cs for cs in selectors.values() if isinstance(cs.provider, ProviderSelector)
-                           and cs.provider.matches(provider.namespace, labels)]
+            candidates += [cs for cs in selectors if isinstance(cs.provider, ProviderSelector)
+                           and cs.provider.matches(provider.namespace, labels or {})]
         if not candidates:
             return ()
         target = self.resolve(provider.group_resource) or provider.group_resource
@@ -434,7 +444,7 @@ class MemoryState:
 
     def selects_in(self, group: str) -> bool:
         """Does some CriticalService select its provider by labels in API group `group`?"""
-        return group in self._by_selector
+        return group in self._selector_groups
 
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
         here = list(self._by_provider_ns.get(namespace, {}).values())

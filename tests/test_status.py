@@ -143,7 +143,7 @@ def test_a_stored_condition_that_does_not_compile_makes_ready_false_naming_the_f
     protecting - its criterion counts every object - and Ready says why it can never hold."""
     from criticalsvc.api import parse_critical_service
 
-    state, cs = story
+    state, _cs = story
     raw = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "typo"},
            "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "finalizer-namespace",
                                  "name": "finalizer-deployment"},
