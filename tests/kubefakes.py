@@ -17,17 +17,20 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 import orjson
 
+from criticalsvc.api import parse_critical_service
 from criticalsvc.cache.transport import APIError, APIStatusError, TransportError
 from criticalsvc.manifests import load_path
+from criticalsvc.objects import KubeObject
 from criticalsvc.sim.apiserver.server import ServerThread
 from criticalsvc.sim.apiserver.standin import StandIn
 from criticalsvc.sim.store import Store
+from criticalsvc.state import MemoryState
 
 STORY = "api/examples/reference-story.yaml"
 _ORDER = {"Namespace": 0, "CustomResourceDefinition": 1}
@@ -343,3 +346,13 @@ async def started_cache(env: RunningStandIn) -> AsyncIterator[tuple[Any, Any]]:
     finally:
         await cache.stop()
         await api.close()
+
+
+def state_with(*services: Mapping[str, Any], objects: Iterable[KubeObject] = ()) -> MemoryState:
+    """A memory state holding `objects` and the CriticalServices `services` (as JSON)."""
+    state = MemoryState()
+    for o in objects:
+        state.upsert(o)
+    for s in services:
+        state.upsert_critical_service(parse_critical_service(s))
+    return state

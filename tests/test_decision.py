@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kubefakes import state_with
 
 from criticalsvc.admission import AdmissionRequest, parse_review, render_response, render_review
 from criticalsvc.api import (
@@ -102,15 +103,6 @@ def resources(group: str, resource: str, namespace: str = "", selector: Any = No
 
 def finalizer(group: str, resource: str, name: str) -> dict[str, Any]:
     return {"type": "Finalizer", "finalizer": {"group": group, "resource": resource, "finalizerName": name}}
-
-
-def state_with(*services: dict[str, Any], objects: Collection[KubeObject] = ()) -> MemoryState:
-    state = MemoryState()
-    for o in objects:
-        state.upsert(o)
-    for s in services:
-        state.upsert_critical_service(parse_critical_service(s))
-    return state
 
 
 def deploy(namespace: str, name: str, **kw: Any) -> KubeObject:

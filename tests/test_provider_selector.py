@@ -18,7 +18,7 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kubefakes import running_standin, started_cache
+from kubefakes import running_standin, started_cache, state_with
 
 from criticalsvc.admission import AdmissionRequest
 from criticalsvc.api import (
@@ -80,12 +80,7 @@ def obj(gr: GroupResource, namespace: str, name: str, labels: Mapping[str, str] 
 
 
 def state_of(*objects: KubeObject, services: tuple[dict[str, Any], ...] = ()) -> MemoryState:
-    state = MemoryState()
-    for o in objects:
-        state.upsert(o)
-    for s in services:
-        state.upsert_critical_service(parse_critical_service(s))
-    return state
+    return state_with(*services, objects=objects)
 
 
 def delete(state: Any, gr: GroupResource, namespace: str, name: str, labels: Mapping[str, str] | None = None, *,
