@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from . import replay
 from .admission import AdmissionRequest
@@ -35,7 +35,7 @@ from .api import (
     ObjectRef,
     ReplayDeletion,
 )
-from .cache.transport import APIError, APIStatusError
+from .cache.transport import APIError, APIStatusError, Sender
 from .decision import Decision
 from .errors import InvalidInput, StateUnavailable
 from .events import object_event
@@ -53,13 +53,6 @@ REQUEST_TIMEOUT = 5.0
 ACCESS_TTL = 60.0  # how long a SelfSubjectAccessReview's "allowed" is trusted
 DENIED_TTL = 5.0  # ... and a "denied": an operator who just added the grant should see it soon
 AGGREGATE_LABEL = "criticalsvc.io/aggregate-to-replay"
-
-
-class Sender(Protocol):
-    async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = ...) -> Any: ...
-
-    async def send(self, verb: str, path: str, payload: Mapping[str, Any] | None = None, *, timeout: float,
-                   params: Any = (), content_type: str = ...) -> Any: ...
 
 
 class LiveReplayer:

@@ -23,12 +23,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
 from . import routing
-from .cache.transport import APIError, APIStatusError
+from .cache.transport import APIError, APIStatusError, Sender
 from .errors import StateUnavailable
 from .events import object_event
 from .logs import get_logger
@@ -43,13 +43,6 @@ RESYNC = 10.0  # ... and reads both configurations even when the rules did not c
 RETRY = 3.0  # ... after a failed sync
 REQUEST_TIMEOUT = 5.0
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
-
-
-class Sender(Protocol):
-    async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = ...) -> Any: ...
-
-    async def send(self, verb: str, path: str, payload: Mapping[str, Any] | None = None, *, timeout: float,
-                   params: Any = (), content_type: str = ...) -> Any: ...
 
 
 class WebhookRouter:

@@ -126,6 +126,17 @@ class Transport(Protocol):
         ...
 
 
+class Sender(Protocol):
+    """What the leader's writers (the replayer, the webhook router) need: a GET and a write."""
+
+    async def get(self, path: str, params: Params = (), *, timeout: float, accept: str = ACCEPT_JSON) -> JSON:
+        ...
+
+    async def send(self, verb: str, path: str, payload: Mapping[str, Any] | None = None, *, timeout: float,
+                   params: Params = (), content_type: str = ...) -> Any:
+        ...
+
+
 class KubeTransport:
     """A Transport over a `kubernetes.aio` ApiClient (auth, TLS and host from its Configuration)."""
 
