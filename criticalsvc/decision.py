@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -248,20 +248,21 @@ def _labelled(ref: ObjectRef) -> Decision:
                 f"{DELETION_PROTECTED_ALWAYS}; remove the label to delete it")
 
 
+def _providers_of_type(gr: GroupResource, state: ClusterState) -> Iterator[CriticalService]:
+    """The CriticalServices whose provider is of type `gr` (however the spec spells the type)."""
+    return (cs for cs in state.critical_services()
+            if (state.resolve(cs.provider.group_resource) or cs.provider.group_resource) == gr)
+
+
 def _is_provider_type(gr: GroupResource, state: ClusterState) -> bool:
     """Some CriticalService's provider is of type `gr`: the gate's own configuration routes its DELETEs."""
-    return any((state.resolve(cs.provider.group_resource) or cs.provider.group_resource) == gr
-               for cs in state.critical_services())
+    return any(True for _ in _providers_of_type(gr, state))
 
 
 def _could_be_gated(gr: GroupResource, namespace: str, state: ClusterState) -> bool:
     if gr in (NAMESPACES, CRITICAL_SERVICES, CRDS):
         return True
-    return any(
-        (state.resolve(cs.provider.group_resource) or cs.provider.group_resource) == gr
-        and (not namespace or cs.provider.namespace in (namespace, None))
-        for cs in state.critical_services()
-    )
+    return any(not namespace or cs.provider.namespace in (namespace, None) for cs in _providers_of_type(gr, state))
 
 
 def _criteria_blocks(cs: CriticalService, state: ClusterState, why: str) -> list[Block]:
