@@ -1,0 +1,54 @@
+"""The event-loop lag probe: a loop held by blocking work shows up in criticalsvc_event_loop_lag_seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+from criticalsvc.metrics import Metrics, probe_event_loop_lag
+
+pytestmark = pytest.mark.anyio
+
+BLOCK = 0.4  # seconds the loop is held: far above the probe's interval and any scheduling noise
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _samples(metrics: Metrics) -> dict[str, float]:
+    """The lag histogram's samples from the exposition a scrape sees: bucket counts by le, count, sum."""
+    out = {}
+    for line in metrics.exposition()[0].decode().splitlines():
+        if line.startswith("criticalsvc_event_loop_lag_seconds"):
+            head, _, value = line.rpartition(" ")
+            out[head.removeprefix("criticalsvc_event_loop_lag_seconds")] = float(value)
+    return out
+
+
+async def _until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_blocked_loop_is_seen_as_lag() -> None:
+    metrics = Metrics()
+    probe = asyncio.create_task(probe_event_loop_lag(metrics))
+    try:
+        await _until(lambda: _samples(metrics)["_count"] >= 3, "the probe's first samples")
+        before = _samples(metrics)
+        time.sleep(BLOCK)  # what a long synchronous step (a big decode, a GC pause) does to the loop
+        await _until(lambda: _samples(metrics)["_count"] > before["_count"], "the probe to run again")
+        after = _samples(metrics)
+    finally:
+        probe.cancel()
+    # The stall is one sample of about BLOCK seconds: above the 0.25 s bucket, and in the sum.
+    above = lambda s: s['_bucket{le="+Inf"}'] - s['_bucket{le="0.25"}']  # noqa: E731
+    assert above(after) - above(before) == 1, (before, after)
+    assert after["_sum"] - before["_sum"] >= BLOCK * 0.9, (before, after)
