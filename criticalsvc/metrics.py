@@ -18,17 +18,22 @@ restarts by incrementing `watch_restarts` (e.g. CacheState's `on_watch_restart` 
     criticalsvc_decision_errors_total                             unexpected exceptions (answered DENY)
     criticalsvc_certificate_reloads_total{result}                 serving certificate reloads
     criticalsvc_event_loop_lag_seconds                            how late a periodic timer ran (probe_event_loop_lag)
+    criticalsvc_gc_pause_seconds{generation}                      each garbage collection (time_garbage_collections)
 
 The event loop serves every review, every watch event and every status write of the process: while one
 of them holds it (a big watch list decoded, a garbage collection, a slow log handler) every review
 waits. `probe_event_loop_lag` measures that directly, as Node's `monitorEventLoopDelay` does: a timer
 due every LAG_PROBE_INTERVAL records how late it fired. Its p99 is the tail a review can meet in the
-queue before its handler runs, whatever caused it.
+queue before its handler runs, whatever caused it. One cause it cannot name is timed on its own: a
+garbage collection stops everything while it runs, and a full one (generation 2) walks every tracked
+object of the process, so `time_garbage_collections` records each collection's pause by generation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -122,6 +127,10 @@ class Metrics:
             "criticalsvc_event_loop_lag_seconds", "How late a timer due every 20 ms ran on the event loop that "
             "serves reviews: the time a review waits behind other work before its handler starts.",
             buckets=LAG_BUCKETS, registry=r)
+        self.gc_pause = Histogram(
+            "criticalsvc_gc_pause_seconds", "Garbage collections and how long each stopped the process, by "
+            "generation (2: a full collection, which walks every tracked object).", ["generation"],
+            buckets=LAG_BUCKETS, registry=r)
         self._cache_collector: _CacheObjectsCollector | None = None
 
     def observe_cache_objects(self, counts: Callable[[], Mapping[str, int]]) -> None:
@@ -145,5 +154,27 @@ async def probe_event_loop_lag(metrics: Metrics, *, interval: float = LAG_PROBE_
         metrics.event_loop_lag.observe(max(0.0, loop.time() - due))
 
 
+def time_garbage_collections(metrics: Metrics) -> Callable[[], None]:
+    """Observe every garbage collection's pause in metrics.gc_pause from now on; returns the undo.
+
+    gc.callbacks is global to the process, so the serving loop installs it once and removes it when it
+    stops (a test that builds many servers in one process does not pile them up)."""
+    started = [0.0]
+
+    def callback(phase: str, info: Mapping[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            metrics.gc_pause.labels(str(info["generation"])).observe(time.perf_counter() - started[0])
+
+    gc.callbacks.append(callback)
+
+    def remove() -> None:
+        if callback in gc.callbacks:
+            gc.callbacks.remove(callback)
+
+    return remove
+
+
 __all__ = ["DURATION_BUCKETS", "LAG_BUCKETS", "LAG_PROBE_INTERVAL", "REJECT_MALFORMED", "REJECT_NOT_READY",
-           "REJECT_TOO_LARGE", "Metrics", "probe_event_loop_lag"]
+           "REJECT_TOO_LARGE", "Metrics", "probe_event_loop_lag", "time_garbage_collections"]

@@ -49,7 +49,7 @@ from hypercorn.config import Config, Sockets
 from .errors import InvalidInput
 from .hypercornpatch import release_connections_closed_while_idle
 from .logs import get_logger
-from .metrics import Metrics, probe_event_loop_lag
+from .metrics import Metrics, probe_event_loop_lag, time_garbage_collections
 from .server import Webhook
 
 # Longer than the API server's idle-connection timeout (Go net/http: 90 s), see the module docstring.
@@ -289,6 +289,7 @@ class Service:
         """Serve until `shutdown_trigger()` returns, then finish in-flight requests and return."""
         watchers = [asyncio.create_task(self.tls_config.watch_certificates(self.cert_check_interval)),
                     asyncio.create_task(probe_event_loop_lag(self.webhook.metrics))]
+        untime_gc = time_garbage_collections(self.webhook.metrics)
         try:
             async with asyncio.TaskGroup() as group:
                 for app, config in self._servers:
@@ -299,6 +300,7 @@ class Service:
             for watcher in watchers:
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
+            untime_gc()
             self.close()
         self._service_log.info("stopped")
 

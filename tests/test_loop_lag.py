@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Callable
 
 import pytest
 
-from criticalsvc.metrics import Metrics, probe_event_loop_lag
+from criticalsvc.metrics import Metrics, probe_event_loop_lag, time_garbage_collections
 
 pytestmark = pytest.mark.anyio
 
@@ -52,3 +53,23 @@ async def test_a_blocked_loop_is_seen_as_lag() -> None:
     above = lambda s: s['_bucket{le="+Inf"}'] - s['_bucket{le="0.25"}']  # noqa: E731
     assert above(after) - above(before) == 1, (before, after)
     assert after["_sum"] - before["_sum"] >= BLOCK * 0.9, (before, after)
+
+
+def test_garbage_collections_are_timed_by_generation() -> None:
+    metrics = Metrics()
+    stop = time_garbage_collections(metrics)
+    try:
+        gc.collect(2)
+        gc.collect(0)
+    finally:
+        stop()
+    counted = _gc_counts(metrics)
+    gc.collect(2)  # after the undo: not counted
+    assert counted.get("2", 0) >= 1 and counted.get("0", 0) >= 1, counted
+    assert _gc_counts(metrics) == counted
+
+
+def _gc_counts(metrics: Metrics) -> dict[str, float]:
+    prefix = 'criticalsvc_gc_pause_seconds_count{generation="'
+    return {line[len(prefix)].split('"')[0]: float(line.rpartition(" ")[2])
+            for line in metrics.exposition()[0].decode().splitlines() if line.startswith(prefix)}
