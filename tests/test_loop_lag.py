@@ -73,3 +73,32 @@ def _gc_counts(metrics: Metrics) -> dict[str, float]:
     prefix = 'criticalsvc_gc_pause_seconds_count{generation="'
     return {line[len(prefix)].split('"')[0]: float(line.rpartition(" ")[2])
             for line in metrics.exposition()[0].decode().splitlines() if line.startswith(prefix)}
+
+
+class _Syncing:
+    """A state source that becomes ready when told (CacheState's wait_ready, in small)."""
+
+    def __init__(self) -> None:
+        self.synced = asyncio.Event()
+
+    async def wait_ready(self, timeout: float | None = None) -> bool:
+        await self.synced.wait()
+        return True
+
+
+async def test_the_heap_is_frozen_again_once_the_caches_have_synced() -> None:
+    """What the caches hold at sync time moves out of the collector's reach (gc.freeze), not before."""
+    from criticalsvc.commands.serve import freeze_heap_when_synced
+
+    source = _Syncing()
+    gc.unfreeze()
+    try:
+        task = asyncio.create_task(freeze_heap_when_synced(source))
+        await asyncio.sleep(0.05)
+        assert gc.get_freeze_count() == 0 and not task.done()  # not synced yet: nothing frozen
+        cached = [{"object": i} for i in range(1000)]  # what the caches fill in while syncing
+        source.synced.set()
+        assert await asyncio.wait_for(task, 10) is True
+        assert gc.get_freeze_count() >= len(cached)
+    finally:
+        gc.unfreeze()
