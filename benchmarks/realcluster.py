@@ -383,6 +383,7 @@ class Churn:
             while not self.stopping.is_set():
                 step, n = k % 4, k // 4
                 name = f"t{index}-{n}"
+                response: Any
                 if step == 0:
                     response = client.create(cms, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
                                                    "data": {"state": "idle", "n": str(n)}})
