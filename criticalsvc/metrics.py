@@ -20,6 +20,7 @@ restarts by incrementing `watch_restarts` (e.g. CacheState's `on_watch_restart` 
     criticalsvc_decision_errors_total                             unexpected exceptions (answered DENY)
     criticalsvc_certificate_reloads_total{result}                 serving certificate reloads
     criticalsvc_event_loop_lag_seconds                            how late a periodic timer ran (probe_event_loop_lag)
+    criticalsvc_event_loop_lag_cpu_seconds                        the part of each lag spent on the CPU (ours)
     criticalsvc_gc_pause_seconds{generation}                      each garbage collection (time_garbage_collections)
 
 The event loop serves every review, every watch event and every status write of the process: while one
@@ -133,6 +134,10 @@ class Metrics:
             "criticalsvc_event_loop_lag_seconds", "How late a timer due every 20 ms ran on the event loop that "
             "serves reviews: the time a review waits behind other work before its handler starts.",
             buckets=LAG_BUCKETS, registry=r)
+        self.event_loop_lag_cpu = Histogram(
+            "criticalsvc_event_loop_lag_cpu_seconds", "Of each event-loop lag sample, the part the serving thread "
+            "was on the CPU (work holding the loop, garbage collection included); the rest of the lag is time "
+            "the OS did not run the process.", buckets=LAG_BUCKETS, registry=r)
         self.gc_pause = Histogram(
             "criticalsvc_gc_pause_seconds", "Garbage collections and how long each stopped the process, by "
             "generation (2: a full collection, which walks every tracked object).", ["generation"],
@@ -152,12 +157,18 @@ class Metrics:
 
 
 async def probe_event_loop_lag(metrics: Metrics, *, interval: float = LAG_PROBE_INTERVAL) -> None:
-    """Until cancelled: sleep `interval`, observe how much later than that the loop woke us up."""
+    """Until cancelled: sleep `interval`, observe how much later than that the loop woke us up, and how
+    much of that lateness the loop's thread spent on the CPU (its CPU time over the sleep, at most the
+    lag): work of ours that held the loop (a long step, a garbage collection). The rest of a lag is time
+    the OS did not run the process at all - a machine with more runnable threads than cores."""
     loop = asyncio.get_running_loop()
     while True:
         due = loop.time() + interval
+        cpu = time.thread_time()
         await asyncio.sleep(interval)
-        metrics.event_loop_lag.observe(max(0.0, loop.time() - due))
+        lag = max(0.0, loop.time() - due)
+        metrics.event_loop_lag.observe(lag)
+        metrics.event_loop_lag_cpu.observe(min(lag, time.thread_time() - cpu))
 
 
 def time_garbage_collections(metrics: Metrics) -> Callable[[], None]:

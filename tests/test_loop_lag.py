@@ -21,14 +21,24 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _samples(metrics: Metrics) -> dict[str, float]:
-    """The lag histogram's samples from the exposition a scrape sees: bucket counts by le, count, sum."""
+def _samples(metrics: Metrics, name: str = "criticalsvc_event_loop_lag_seconds") -> dict[str, float]:
+    """A histogram's samples from the exposition a scrape sees: bucket counts by le, count, sum."""
     out = {}
     for line in metrics.exposition()[0].decode().splitlines():
-        if line.startswith("criticalsvc_event_loop_lag_seconds"):
+        if line.startswith(name) and line[len(name)] in "_{":
             head, _, value = line.rpartition(" ")
-            out[head.removeprefix("criticalsvc_event_loop_lag_seconds")] = float(value)
+            out[head.removeprefix(name)] = float(value)
     return out
+
+
+CPU = "criticalsvc_event_loop_lag_cpu_seconds"
+
+
+def _spin(seconds: float) -> None:
+    """Hold the loop on the CPU (a long synchronous step of ours)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 async def _until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -53,6 +63,28 @@ async def test_a_blocked_loop_is_seen_as_lag() -> None:
     above = lambda s: s['_bucket{le="+Inf"}'] - s['_bucket{le="0.25"}']  # noqa: E731
     assert above(after) - above(before) == 1, (before, after)
     assert after["_sum"] - before["_sum"] >= BLOCK * 0.9, (before, after)
+
+
+async def test_lag_on_the_cpu_is_told_from_lag_the_process_was_not_run() -> None:
+    """Spinning on the loop (our own work) is lag on the CPU; sleeping in it (as a process the OS does not
+    run) is lag, but not on the CPU."""
+    metrics = Metrics()
+    probe = asyncio.create_task(probe_event_loop_lag(metrics))
+    try:
+        await _until(lambda: _samples(metrics)["_count"] >= 3, "the probe's first samples")
+        for hold in (_spin, time.sleep):
+            before = _samples(metrics, CPU)
+            cpu = time.thread_time()
+            hold(BLOCK)
+            held_on_cpu = time.thread_time() - cpu  # on a busy machine even a spin gets only part of a core
+            await _until(lambda b=before: _samples(metrics, CPU)["_count"] > b["_count"], "the probe to run again")
+            on_cpu = _samples(metrics, CPU)["_sum"] - before["_sum"]
+            if hold is _spin:
+                assert on_cpu >= held_on_cpu * 0.9, (on_cpu, held_on_cpu)
+            else:
+                assert held_on_cpu < 0.01 and on_cpu < 0.05, (on_cpu, held_on_cpu)
+    finally:
+        probe.cancel()
 
 
 def test_garbage_collections_are_timed_by_generation() -> None:
