@@ -18,11 +18,12 @@ the other test binaries into ~/.cache/criticalsvc/noopwebhook-<hash of its sourc
    (C, churn) cell the modes alternate per round, in a rotating order, so that outside load (this
    machine is shared) lands on every mode alike. Reported per cell: p50/p99 of each mode and the
    ratios gate/floor and gate/none, measured in the same run.
-2. Churn: `--churn-rate` writes per second (open loop, 4 threads) of what a busy cluster makes the
-   gate watch: ConfigMaps created, updated and deleted in a namespace that a CriticalService's
+2. Churn: `--churn-rate` writes per second (open loop; benchmarks/churn, a Go client with the admin's
+   certificate, built like the no-op: a Python client reached only 50-75 a second here) of what a
+   busy cluster makes the gate watch: ConfigMaps created, updated and deleted in a namespace that a CriticalService's
    criterion names with a CEL condition (so the gate decodes each and evaluates the condition), and
    Deployments of a type the gate watches updated. The achieved rate is reported: on a loaded
-   machine Python may not reach the asked one.
+   machine it may fall short of the asked one.
 3. The gate's own view per cell, from its /metrics (deltas over the cell): decision p50/p99 (all, and
    those answered from the caches alone), the event-loop lag p99 and the part of it the gate was on
    the CPU (the rest is the OS not running it: this machine is shared), full-collection pauses, and
@@ -59,14 +60,13 @@ import attrs
 
 HERE = Path(__file__).resolve().parent
 NOOP_MODULE = HERE / "noopwebhook"
+CHURN_MODULE = HERE / "churn"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 WEBHOOK_CONFIGURATION = f"{WEBHOOKS}/criticalsvc"
 FLOOR_CONFIGURATION_NAME = "criticalsvc-floor"
 DURATION_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 MODES = ("gate", "floor", "none")
 CHURN_NAMESPACE, BENCH_NAMESPACE = "churn", "bench"
-CHURN_THREADS = 4
-CHURN_CONFIGMAPS = 200  # live ConfigMaps per churn thread before the oldest is deleted
 CHURN_WORKERS = 20  # Deployments updated by the churn
 
 
@@ -148,21 +148,26 @@ def webhook_durations(metrics_text: str, *, suffixes: tuple[str, ...] = ("gate.c
 
 
 # --- the floor: a no-op webhook in Go -------------------------------------------------------------------
-def noop_binary() -> Path:
-    """benchmarks/noopwebhook built into the cache beside the control plane's binaries, once per source."""
+def go_binary(module: Path) -> Path:
+    """A Go module of ours under benchmarks/ built into the cache beside the control plane's binaries,
+    once per source (~/.cache/criticalsvc/<name>-<hash of go.mod and main.go>/<name>)."""
     from tests.realcluster import build
 
     digest = hashlib.sha256()
     for name in ("go.mod", "main.go"):
-        digest.update((NOOP_MODULE / name).read_bytes())
-    target = build.cache_root().parent / f"noopwebhook-{digest.hexdigest()[:12]}"
-    binary = target / "noopwebhook"
+        digest.update((module / name).read_bytes())
+    target = build.cache_root().parent / f"{module.name}-{digest.hexdigest()[:12]}"
+    binary = target / module.name
     if binary.is_file():
         return binary
     with build._building(None) as (_, say):
         if not binary.is_file():
-            build._build(NOOP_MODULE, ["."], target, say=say, what="the no-op webhook", output="noopwebhook")
+            build._build(module, ["."], target, say=say, what=f"benchmarks/{module.name}", output=module.name)
     return binary
+
+
+def noop_binary() -> Path:
+    return go_binary(NOOP_MODULE)
 
 
 @attrs.define
@@ -360,75 +365,32 @@ def set_up_churn(cluster: Any, gate: Any) -> None:
 
 
 class Churn:
-    """Open-loop writes at `rate` per second over CHURN_THREADS threads until stopped."""
+    """benchmarks/churn (Go) writing at `rate` per second with the admin's client certificate until stopped."""
 
-    def __init__(self, kubeconfig: Path, rate: float, prefix: str) -> None:
-        self.kubeconfig, self.rate, self.prefix = kubeconfig, rate, prefix  # prefix: names unique to this churn
-        self.stopping = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.ops = 0
-        self.errors = 0
-        self.first_error = ""
-        self.lock = threading.Lock()
-        self.started = self.stopped = 0.0
-
-    def _run(self, index: int) -> None:
-        from tests.realcluster.client import Client
-
-        client = Client(self.kubeconfig)
-        cms = f"/api/v1/namespaces/{CHURN_NAMESPACE}/configmaps"
-        deployments = f"/apis/apps/v1/namespaces/{CHURN_NAMESPACE}/deployments"
-        interval = CHURN_THREADS / self.rate
-        next_due = time.monotonic()
-        k = 0
-        try:
-            while not self.stopping.is_set():
-                step, n = k % 4, k // 4
-                name = f"{self.prefix}-t{index}-{n}"
-                response: Any
-                if step == 0:
-                    response = client.create(cms, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-                                                   "data": {"state": "idle", "n": str(n)}})
-                elif step == 1:
-                    response = client.merge_patch(f"{cms}/{name}", {"data": {"state": "idle", "seen": str(k)}})
-                elif step == 2:
-                    response = client.merge_patch(f"{deployments}/worker-{(index * 7 + n) % CHURN_WORKERS}",
-                                                  {"metadata": {"annotations": {"bench/churn": str(k)}}})
-                else:
-                    old = n - CHURN_CONFIGMAPS
-                    response = client.delete(f"{cms}/{self.prefix}-t{index}-{old}") if old >= 0 else None
-                with self.lock:
-                    if response is not None:
-                        self.ops += 1
-                        if response.status_code >= 300:
-                            self.errors += 1
-                            self.first_error = self.first_error or f"{response.status_code}: {response.text[:200]}"
-                k += 1
-                next_due += interval
-                delay = next_due - time.monotonic()
-                if delay > 0:
-                    self.stopping.wait(delay)
-                elif delay < -1.0:  # far behind: do not burst to catch up, just go on at full speed
-                    next_due = time.monotonic()
-        finally:
-            client.close()
-
-    def start(self) -> Churn:
-        self.started = time.monotonic()
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True, name=f"churn-{i}")
-                        for i in range(CHURN_THREADS)]
-        for thread in self.threads:
-            thread.start()
-        return self
+    def __init__(self, plane: Any, rate: float, prefix: str, directory: Path) -> None:
+        self.rate = rate
+        pki = plane.pki
+        self.process = subprocess.Popen(
+            [str(go_binary(CHURN_MODULE)), "-server", plane.url, "-ca", str(pki.ca_cert), "-cert", str(pki.admin_cert),
+             "-key", str(pki.admin_key), "-namespace", CHURN_NAMESPACE, "-prefix", prefix, "-rate", str(rate),
+             "-workers", str(CHURN_WORKERS)],
+            stdout=subprocess.PIPE, stderr=(directory / f"churn-{prefix}.log").open("wb"), text=True)
 
     def stop(self) -> dict[str, Any]:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(30)
-        self.stopped = time.monotonic()
-        seconds = self.stopped - self.started
-        return {"askedPerSecond": self.rate, "achievedPerSecond": round(self.ops / seconds, 1) if seconds else 0.0,
-                "writes": self.ops, "errors": self.errors, "firstError": self.first_error}
+        self.process.terminate()
+        try:
+            out, _ = self.process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, _ = self.process.communicate()
+        try:
+            done = json.loads(out.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            return {"askedPerSecond": self.rate,
+                    "error": f"the churn exited {self.process.returncode} without a result"}
+        seconds = done["seconds"] or 1.0
+        return {"askedPerSecond": self.rate, "achievedPerSecond": round(done["writes"] / seconds, 1),
+                "writes": done["writes"], "errors": done["errors"], "firstError": done["firstError"]}
 
 
 # --- py-spy on the gate -----------------------------------------------------------------------------------
@@ -531,7 +493,7 @@ def _gate_view(before: str, after: str) -> dict[str, Any]:
 
 
 def measure(cluster: Any, modes: Modes, *, concurrency: list[int], objects: int, rounds: int,
-            churn_rate: float, profile_cell: int | None = None, directory: Path | None = None) -> list[dict[str, Any]]:
+            churn_rate: float, directory: Path, profile_cell: int | None = None) -> list[dict[str, Any]]:
     gate = cluster.gate.replicas[0]
     cells = []
     for c in concurrency:
@@ -539,9 +501,9 @@ def measure(cluster: Any, modes: Modes, *, concurrency: list[int], objects: int,
         try:
             for churning in (False, True):
                 samples: dict[str, list[float]] = {m: [] for m in MODES}
-                churn = Churn(cluster.kubeconfig, churn_rate, f"c{c}").start() if churning else None
+                churn = Churn(cluster.plane, churn_rate, f"c{c}", directory) if churning else None
                 profiler = None
-                if churning and c == profile_cell and directory is not None:
+                if churning and c == profile_cell:
                     assert gate.process.popen is not None
                     profiler = Profiler(gate.process.popen.pid, directory / f"gate-profile-c{c}.txt")
                 gate_before = gate.metrics()
@@ -602,6 +564,7 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
     noop_binary()  # built before the control plane starts, so a cold build does not count against it
+    go_binary(CHURN_MODULE)
     with tempfile.TemporaryDirectory(prefix="bench-realcluster-") as tmp, \
             real_cluster(binaries, Path(tmp)) as cluster, noop_webhook(Path(tmp) / "noop") as noop:
         client = cluster.admin
