@@ -59,7 +59,7 @@ import attrs
 import httpx
 import yaml
 
-from benchmarks.replay import CASES, ROOT_OWNER, render
+from benchmarks.replay_cases import CASES, ROOT_OWNER, render
 from criticalsvc.backoff import Backoff
 
 CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
