@@ -140,6 +140,7 @@ def main(argv: list[str]) -> int:
         else:
             print()
             print(render(real["rows"], "Real control plane (wall time), reference story:"))
+            print(render(real["slowRows"], f"The same, a slow finalizer ({real['slowFinalizerSeconds']:g} s per CR):"))
             section["realclusterGoal"] = goals(real["rows"])
     if args.json:
         print(json.dumps(section))

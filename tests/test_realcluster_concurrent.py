@@ -3,7 +3,7 @@ stand-in for their Service (issue 13's remaining parts).
 
 1. `test_concurrent_teardowns_complete_in_order`: N copies of the reference story (each its own
    namespaces, CRD group, finalizer, provider Deployment and CriticalService) applied, then all torn
-   down at once by N ManifestWork-style retrying deleters in threads, with the stories' finalizer
+   down at once by N repeating deleters (every refused DELETE re-sent) in threads, with the stories' finalizer
    controllers running. Every teardown completes, none breaks the safe order. Printed: the wall time,
    the gate's request rate on the API server during the teardown (from the audit log, by verb) and
    the gate's decision latency (its own histogram, both replicas, before/after difference).
@@ -56,7 +56,7 @@ from tests.realcluster.gate import GateProcess
 from tests.realcluster.teardown import (
     FinalizerController,
     Observer,
-    RetryingDeleter,
+    RepeatingDeleter,
     SharedFinalizerController,
     Story,
     apply_story,
@@ -210,7 +210,7 @@ def _per_second(counts: Counter[str], seconds: float) -> str:
 class Stack:
     story: Story
     client: Client
-    deleter: RetryingDeleter
+    deleter: RepeatingDeleter
     observer: Observer
     done: list[bool] = attrs.field(factory=list)
     finished_after: float = 0.0
@@ -265,7 +265,7 @@ def test_concurrent_teardowns_complete_in_order(pair: RealCluster, logs_on_failu
     stacks = []
     for story in stories:
         client = Client(pair.kubeconfig)
-        stacks.append(Stack(story, client, RetryingDeleter(client, story.paths()),
+        stacks.append(Stack(story, client, RepeatingDeleter(client, story.paths()),
                             Observer(client, story.paths(), interval=observe_every)))
     controllers: list[FinalizerController | SharedFinalizerController]
     shared_client = None

@@ -29,7 +29,7 @@ from tests.realcluster.admission_metrics import AdmissionCalls
 from tests.realcluster.cluster import RealCluster, built_binaries, real_cluster
 from tests.realcluster.gate import SECRET_KEYS, criticalsvc
 from tests.realcluster.secretvolume import project
-from tests.realcluster.teardown import FinalizerController, Observer, RetryingDeleter, Story, apply_story, wait_for
+from tests.realcluster.teardown import FinalizerController, Observer, RepeatingDeleter, Story, apply_story, wait_for
 
 pytestmark = pytest.mark.realcluster
 
@@ -49,12 +49,12 @@ def _holder(cluster: RealCluster) -> str:
     return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
 
 
-def _teardown_during(cluster: RealCluster, story: Story, fault: Any) -> tuple[RetryingDeleter, Observer]:
+def _teardown_during(cluster: RealCluster, story: Story, fault: Any) -> tuple[RepeatingDeleter, Observer]:
     apply_story(cluster.kubectl, cluster.admin, story)
     controller = FinalizerController(cluster.admin, deployment_path=story.deployment_path,
                                      crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
     observer = Observer(cluster.admin, story.paths())
-    deleter = RetryingDeleter(cluster.admin, story.paths())
+    deleter = RepeatingDeleter(cluster.admin, story.paths())
     done: list[bool] = []
     worker = threading.Thread(target=lambda: done.append(deleter.run(timeout=180)), daemon=True)
     controller.start()

@@ -13,7 +13,7 @@ import pytest
 from tests.backends import RealBackend
 from tests.realcluster.cluster import RealCluster
 from tests.realcluster.controlplane import gate_requests
-from tests.realcluster.teardown import RetryingDeleter, Story, apply_story
+from tests.realcluster.teardown import RepeatingDeleter, Story, apply_story
 
 pytestmark = pytest.mark.realcluster
 
@@ -51,7 +51,7 @@ def test_denials_cost_no_read_and_a_protected_allow_one_round(realcluster: RealC
     assert sum(during_denials.values()) == 0, f"a denial made the gate read: {during_denials}"
 
     teardown_start = time.time()
-    deleter = RetryingDeleter(realcluster.admin, story.paths())
+    deleter = RepeatingDeleter(realcluster.admin, story.paths())
     with RealBackend(realcluster).finalizer_controller(story):
         assert deleter.run(timeout=120)
     time.sleep(1)

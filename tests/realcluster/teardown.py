@@ -6,9 +6,10 @@
   exists it removes the story's finalizer from every CR being deleted, as the real controller would
   while its pods run; once the Deployment is gone nothing removes it (the stuck teardown the gate
   prevents).
-- `RetryingDeleter`: a ManifestWork-style deleter. It sends a DELETE for every object of the bundle,
-  then re-sends the refused ones every `interval` until every object is gone, as the OCM work agent
-  requeues a ManifestWork whose deletion failed.
+- `RepeatingDeleter`: a client that sends a DELETE for every object of the bundle, then re-sends the
+  refused ones every `interval` until every object is gone: a person re-running `kubectl delete -f`,
+  or a GitOps controller re-reconciling its prune. It is not the Open Cluster Management work agent,
+  which makes one pass and leaves its refusals to the garbage collector: that is manifestwork.py.
 - `Observer`: polls every object's existence in rounds; `order_violations()` lists each pair where
   a provider was seen gone while something it protects was seen alive in a later round.
 """
@@ -159,9 +160,9 @@ class DeleteAttempt:
     at: float
 
 
-class RetryingDeleter:
+class RepeatingDeleter:
     """Deletes every path, re-sending refused DELETEs every `interval` s until all are gone, and going on
-    through whatever else it meets, as the OCM work agent requeues on any error:
+    through whatever else it meets (not the OCM work agent's one pass: see manifestwork.py):
 
     - a DELETE of a custom resource whose CRD is gone by then is answered 404 with a plain-text body
       ("404 page not found", not a Status): the object is gone;
