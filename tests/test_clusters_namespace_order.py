@@ -36,6 +36,7 @@ HOLD = "test.criticalsvc.io/hold"
 # The namespace controller's worst wait once nothing holds the content: its 60 s backoff cap plus the 8 s
 # requeue for content with finalizers (design/kubernetes-semantics.md §3.3), with room for a slow machine.
 BOUND = 120.0
+HOLD_PODS = 10.0  # one requeue for content with finalizers (8 s) and slack
 
 
 def _service(name: str, provider: dict[str, str], *criteria: dict[str, Any]) -> dict[str, Any]:
@@ -125,15 +126,17 @@ def test_a_networkpolicy_and_a_configmap_outlive_what_they_guard_as_the_namespac
         deleted = cluster.kubectl("delete", "namespace", namespace, "--wait=false")
         assert deleted.returncode == 0, deleted.stderr
 
-        # Pods first (KEP-5080): the controller's pass marks the pods and, finding them held by their
-        # finalizer, ends there and says so in the namespace's conditions (design/kubernetes-semantics.md
-        # §3.3, §3.4); an unordered pass would have deleted the rest in the same pass, before that.
-        wait_for(lambda: SLOW in _condition(cluster, ns_path, "NamespaceFinalizersRemaining").get("message", ""),
-                 timeout=60, what="the namespace controller's first pass to report the pods' finalizers")
-        remaining = _condition(cluster, ns_path, "NamespaceContentRemaining").get("message", "")
-        assert "pods" in remaining and "configmaps" not in remaining and "networkpolicies" not in remaining, remaining
-        assert all(k.startswith("Pod/") for k in observer.marked), observer.marked
-        assert sum(k.startswith("Pod/") for k in observer.marked) == len(pods), observer.marked
+        # Pods first (KEP-5080, design/kubernetes-semantics.md §3.4): the controller's pass marks the pods
+        # and, finding them held, ends there. kube-controller-manager v1.37 writes no condition when it ends
+        # early for pods (measured: none within 60 s), so no event says "a pass is over": the pods are held
+        # for one requeue of the controller (8 s for content with finalizers, §3.3) and slack, and every
+        # watch event meanwhile is checked; an unordered pass would mark the rest right after the pods.
+        wait_for(lambda: all(k in observer.marked for k in keys if k.startswith("Pod/")), timeout=60,
+                 what="the namespace controller to delete the pods")
+        held_until = time.monotonic() + HOLD_PODS
+        while time.monotonic() < held_until:
+            assert all(k.startswith("Pod/") for k in observer.marked), f"marked while pods terminate: {observer.marked}"
+            time.sleep(0.1)
         for path in pods:
             _drop_finalizer(cluster, path)
 
