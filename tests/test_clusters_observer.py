@@ -1,7 +1,9 @@
 """The ordering observer (tests/realcluster/teardown.py) must catch a gate that allows too early.
 
-Every teardown test's "no wrong order" rests on `Observer.order_violations`. Its negative control: a
-cluster with no CriticalService (a gate that allows everything) where a "provider" is deleted a few
+Every teardown test's "no wrong order" rests on `Observer.order_violations`. Its negative controls: the
+reference story torn down at once while its CriticalService only warns (enforcement: Warn), judged by
+the story's own `dependents()` (on the stand-in, whose server ends with the test: the stranded CRs need
+no cleaning up); and, on both clusters with no CriticalService at all, a "provider" deleted a few
 milliseconds before the object it would protect. Both deletions fall inside one round of a polling
 observer (which then saw both gone at once and took that for "in order"); the watching observer orders
 them by resourceVersion and must report it. The two objects are of different types and scopes (a
@@ -12,9 +14,16 @@ clusters: the resourceVersions compared come from the stand-in's store and from 
 from __future__ import annotations
 
 from tests.backends import Backend, unique
-from tests.realcluster.teardown import Observer, wait_for
+from tests.realcluster.teardown import (
+    Observer,
+    RetryingDeleter,
+    Story,
+    apply_story,
+    wait_for,
+)
 
 CLUSTERROLES = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
 
 
 def _objects(cluster: Backend, namespace: str) -> dict[str, str]:
@@ -41,9 +50,34 @@ def _delete_in_order(cluster: Backend, paths: dict[str, str], order: list[str]) 
     return observer
 
 
+def _warn_story_is_caught(cluster: Backend) -> None:
+    """The story under a gate that only warns: the Deployment goes in the first pass, its CRs' finalizer is
+    then removed by nobody, and the observer must say so in the story's own terms."""
+    story = Story.make("warn")
+    apply_story(cluster.kubectl, cluster.admin, story)
+    warn = cluster.admin.merge_patch(f"{CRITICAL_SERVICES}/{story.critical_service}", {"spec": {"enforcement": "Warn"}})
+    assert warn.status_code == 200, warn.text
+    wait_for(lambda: cluster.admin.delete(story.deployment_path, params={"dryRun": "All"}).status_code == 200,
+             timeout=60, what="the gate to only warn")
+    observer = Observer(cluster.admin, story.paths())
+    with cluster.finalizer_controller(story):
+        observer.start()
+        try:  # one pass takes milliseconds; the stranded CRs stay (this stand-in ends with the test)
+            RetryingDeleter(cluster.admin, story.paths()).run(timeout=2)
+        finally:
+            observer.stop()
+    violations = observer.order_violations(story.dependents())
+    deployment = f"Deployment/{story.name('finalizer-deployment')}"
+    assert any(v.startswith(f"{deployment} deleted at resourceVersion") and "CoolResource/" in v
+               for v in violations), violations
+
+
 def test_the_observer_reports_a_provider_deleted_just_before_what_it_protects_and_not_the_safe_order(
         cluster: Backend, namespace: str) -> None:
-    """One test for both (a stand-in costs seconds to start): the wrong order is caught, the right one is not."""
+    """One test for all (a stand-in costs seconds to start): the wrong orders are caught, the right one is not."""
+    if cluster.name == "standin":  # its own server, gone after the test; the real one is shared by the session
+        _warn_story_is_caught(cluster)
+
     paths = _objects(cluster, namespace)
     provider, dependent = list(paths)
     observer = _delete_in_order(cluster, paths, [provider, dependent])
