@@ -166,14 +166,33 @@ async def test_a_failing_api_server_is_reported_by_one_event_per_distinct_error(
     down = TransportError(f"GET {OWNED}: connection refused")
     forbidden = APIStatusError(403, "Forbidden", "cannot get validatingwebhookconfigurations")
     api.faults[("GET", OWNED)] = [down] * 5 + [forbidden] * 5 + [down] * 5
-    router, events, _clock = router_over(api, widget_service())
+    router, events, clock = router_over(api, widget_service())
     async with leading(router):
+        for attempt in range(1, 16):  # each failure waits RETRY (on the test's clock) before the next read
+            await eventually(lambda n=attempt: router.syncs >= n, what=f"attempt {attempt}")
+            clock.now += webhookrouter.RETRY
         await eventually(lambda: WIDGET_DELETE in routed(api), what="the routes once the API server answers")
-    assert len(api.sent("GET", OWNED)) >= 16  # every failed round read again
+    assert len(api.sent("GET", OWNED)) >= 16  # every failed attempt read again
     assert [(e["reason"], e["type"]) for e in events] == [("ProviderRoutingFailed", "Warning")] * 3
     assert ["connection refused" in e["message"] for e in events] == [True, False, True]
     assert "cannot get validatingwebhookconfigurations" in events[1]["message"]
     assert router.facts.error is None and router.facts.routed == {WIDGET_DELETE}
+
+
+@pytest.mark.anyio
+async def test_a_failed_sync_is_tried_again_after_retry_not_at_every_round():
+    """An API server that refuses is read once per RETRY, not once per POLL (20 reads a minute, not 60)."""
+    api = FakeAPI()
+    api.put(SHIPPED, shipped())
+    api.faults[("GET", OWNED)] = [TransportError(f"GET {OWNED}: connection refused")] * 100
+    router, _events, clock = router_over(api, widget_service())
+    async with leading(router):
+        await eventually(lambda: router.syncs >= 1, what="a first attempt")
+        rounds = source_of(router).rounds
+        await eventually(lambda: source_of(router).rounds >= rounds + 20, what="twenty more rounds")
+        assert router.syncs == 1, "a failed sync was tried again before RETRY passed"
+        clock.now += webhookrouter.RETRY
+        await eventually(lambda: router.syncs >= 2, what="the attempt after RETRY")
 
 
 @pytest.mark.anyio
