@@ -66,7 +66,7 @@ from .api import (
     ScaleToZero,
     parse_critical_service,
 )
-from .errors import DependencyCycle, InvalidSpec, StateUnavailable
+from .errors import UNVERIFIED, DependencyCycle, InvalidSpec, StateUnavailable
 from .objects import KubeObject
 from .state import ClusterState, provider_objects
 from .status import not_routed
@@ -148,7 +148,7 @@ def decide(request: AdmissionRequest, state: ClusterState, *, manages_routes: bo
     except StateUnavailable as exc:
         return deny(
             Rule.UNVERIFIABLE,
-            f"criticalsvc could not verify the cluster state, so it does not allow this yet: {exc}",
+            f"{UNVERIFIED}: {exc}",
             protected=True,
         )
 
