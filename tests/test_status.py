@@ -1,13 +1,13 @@
 """CriticalService status: conditions, providerUID, blockers — computed from the state."""
 
 import pytest
+from kubefakes import Unreadable
 
 from criticalsvc.api import CRDS, GroupResource, ObjectRef
 from criticalsvc.manifests import load_path
 from criticalsvc.objects import KubeObject
 from criticalsvc.snapshot import build_state
 from criticalsvc.status import compute_status, same_status
-from tests.kubefakes import Unreadable
 
 
 @pytest.fixture

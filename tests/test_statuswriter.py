@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from kubefakes import Unreadable
 from kubernetes.aio import client as aclient
 
 from criticalsvc.admission import parse_review
@@ -20,7 +21,6 @@ from criticalsvc.sim.apiserver.server import ServerThread
 from criticalsvc.sim.apiserver.standin import StandIn
 from criticalsvc.sim.store import Store
 from criticalsvc.statuswriter import StatusWriter
-from tests.kubefakes import Unreadable
 
 CS_PATH = "/apis/criticalsvc.io/v1alpha1/criticalservices/for-finalizer-deployment"
 
