@@ -54,6 +54,7 @@ from starlette.routing import Route
 from structlog.typing import FilteringBoundLogger
 
 from .admission import AdmissionRequest, parse_review, render_response
+from .api import CRITICAL_SERVICES
 from .decision import Decision, Rule, decide, deny
 from .errors import MalformedReview
 from .logs import get_logger
@@ -81,6 +82,14 @@ DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 # deploy/base/webhook.yaml sets 5 s), so 3 s still leaves room for the rest of the request.
 DEFAULT_CONFIRM_TIMEOUT = 3.0
 
+# A CriticalService's CREATE or UPDATE that meets a cache still syncing (a type a CriticalService has just
+# named: usually milliseconds) waits for the caches, at most this long, instead of being refused, so one
+# `kubectl apply -f` of a bundle works first time. The API server gives a webhook call timeoutSeconds in
+# all (ValidatingWebhook.TimeoutSeconds, "Default to 10 seconds": https://github.com/kubernetes/api/blob/
+# v0.37.2/admissionregistration/v1/types.go#L904-L910; deploy/base/webhook.yaml sets 5 s), so 2 s
+# leaves room for the rest of the request. A type the gate may not list (403) is not waited for.
+DEFAULT_SYNC_WAIT = 2.0
+
 JSON = "application/json"
 ERROR_LIMIT = 300  # characters of a 400/413/503 error line
 
@@ -106,6 +115,15 @@ class StateSource(Protocol):
 @runtime_checkable
 class ExplainsReadiness(Protocol):
     def unsynced(self) -> Sequence[str]: ...
+
+
+@runtime_checkable
+class WaitsForSync(Protocol):
+    """A source whose caches may be syncing (criticalsvc.cache.CacheState)."""
+
+    def syncing(self) -> bool: ...
+
+    async def wait_changed(self, timeout: float) -> None: ...
 
 
 @runtime_checkable
@@ -186,6 +204,7 @@ class Webhook:
         confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
         on_decision: Callable[[AdmissionRequest, Decision], None] | None = None,
         manages_routes: bool = False,
+        sync_wait: float = DEFAULT_SYNC_WAIT,
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
@@ -200,6 +219,7 @@ class Webhook:
         # The gate writes the routes of provider types (criticalsvc/webhookrouter.py): decide() does not warn
         # that a CriticalService's provider type is not routed.
         self.manages_routes = manages_routes
+        self.sync_wait = sync_wait
         self.log: FilteringBoundLogger = get_logger("criticalsvc.server")
         # Set by `begin_termination()` (SIGTERM): /readyz fails, so the Service stops sending new
         # connections here, while reviews are still answered - each with `Connection: close`.
@@ -333,13 +353,25 @@ class Webhook:
                                 f"body: an AdmissionReview must be a JSON object, got {_json_type(review)}"), None
         return None, review
 
-    async def _answer(self, admission: AdmissionRequest, state: ClusterState, started: float) -> Response:
+    def _decide(self, admission: AdmissionRequest, state: ClusterState) -> Decision:
         try:
-            decision = decide(admission, state, manages_routes=self.manages_routes)
+            return decide(admission, state, manages_routes=self.manages_routes)
         except Exception as exc:  # decide is pure and total by design; if it fails anyway, fail closed
             self.metrics.decision_errors.inc()
             self.log.exception("decision failed", uid=admission.uid)
-            decision = _internal_error_decision(exc)
+            return _internal_error_decision(exc)
+
+    async def _answer(self, admission: AdmissionRequest, state: ClusterState, started: float) -> Response:
+        decision = self._decide(admission, state)
+        source = self.source
+        if (decision.rule == Rule.UNVERIFIABLE and admission.operation in ("CREATE", "UPDATE")
+                and admission.group_resource == CRITICAL_SERVICES and isinstance(source, WaitsForSync)):
+            # Decided again on each change of the caches until it no longer needs one that is syncing: the
+            # refusal stands only for what cannot be known within DEFAULT_SYNC_WAIT (a 403 is not waited for).
+            while decision.rule == Rule.UNVERIFIABLE and source.syncing() \
+                    and (remaining := started + self.sync_wait - time.perf_counter()) > 0:
+                await source.wait_changed(remaining)
+                decision = self._decide(admission, source.state)
         live = ""
         if self.confirm is not None and self.needs_confirmation(admission, decision):
             decision, live = await self._confirmed(admission, decision)
