@@ -598,3 +598,38 @@ async def test_a_type_the_gate_may_not_list_is_not_waited_for() -> None:
     response = (await post_review(make_webhook(source, sync_wait=5.0), _create_team_c())).json()["response"]
     assert response["allowed"] is False and source.waits == 0
     assert "403 Forbidden" in response["status"]["message"]
+
+
+# --- a CriticalService's CREATE warns when the gate may not read a type it names ------------------------------
+class FakeAccess:
+    def __init__(self, *unlistable: GroupResource) -> None:
+        self.denied, self.asked = set(unlistable), []
+
+    async def unlistable(self, types: Any, *, timeout: float) -> list[GroupResource]:
+        self.asked.append(list(types))
+        return [gr for gr in types if gr in self.denied]
+
+
+def _create(cs: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "w1", "kind": {"group": "criticalsvc.io", "version": "v1alpha1", "kind": "CriticalService"},
+        "resource": {"group": "criticalsvc.io", "version": "v1alpha1", "resource": "criticalservices"},
+        "name": cs["metadata"]["name"], "operation": "CREATE", "userInfo": {"username": "alice"}, "object": cs}}
+
+
+async def test_a_critical_service_naming_a_type_the_gate_may_not_list_is_admitted_with_a_warning(
+        state: MemoryState, source: StaticStateSource) -> None:
+    (cs,) = [m.obj for m in load_path(str(STORY)) if m.kind == "CriticalService"]
+    access = FakeAccess(COOL)
+    response = (await post_review(make_webhook(source, read_access=access, manages_routes=True),
+                                  _create(copy.deepcopy(dict(cs))))).json()["response"]
+    assert response["allowed"] is True
+    assert response["warnings"] == [
+        'spec.criteria[0]: the gate may not list coolresources.my.crd.group, so what it guards is refused as '
+        'unverifiable: add a ClusterRole labelled criticalsvc.io/aggregate-to-reader="true" with get, list, watch '
+        'on coolresources in group "my.crd.group"']
+    assert access.asked == [[GroupResource("apps", "deployments"), COOL, CRDS]]
+    # Readable: no warning.
+    response = (await post_review(make_webhook(source, read_access=FakeAccess(), manages_routes=True),
+                                  _create(copy.deepcopy(dict(cs))))).json()["response"]
+    assert "warnings" not in response
