@@ -420,7 +420,7 @@ class Webhook:
                                                                timeout=ACCESS_CHECK_TIMEOUT)
         except TimeoutError:
             return decision
-        extra = [f"{where}: the gate may not list {gr}, so what it guards is refused as unverifiable: "
+        extra = [f"{where}: the gate may not list {gr}; what depends on it is refused as unverifiable until "
                  f"{grant_hint(gr)}"[:WARNING_LIMIT] for where, gr in resolved if gr in unlistable]
         return attrs.evolve(decision, warnings=(*decision.warnings, *dict.fromkeys(extra))) if extra else decision
 

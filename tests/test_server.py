@@ -625,9 +625,9 @@ async def test_a_critical_service_naming_a_type_the_gate_may_not_list_is_admitte
                                   _create(copy.deepcopy(dict(cs))))).json()["response"]
     assert response["allowed"] is True
     assert response["warnings"] == [
-        'spec.criteria[0]: the gate may not list coolresources.my.crd.group, so what it guards is refused as '
-        'unverifiable: add a ClusterRole labelled criticalsvc.io/aggregate-to-reader="true" with get, list, watch '
-        'on coolresources in group "my.crd.group"']
+        'spec.criteria[0]: the gate may not list coolresources.my.crd.group; what depends on it is refused as '
+        'unverifiable until a ClusterRole labelled criticalsvc.io/aggregate-to-reader="true" grants get, list, '
+        'watch on coolresources.my.crd.group']
     assert access.asked == [[GroupResource("apps", "deployments"), COOL, CRDS]]
     # Readable: no warning.
     response = (await post_review(make_webhook(source, read_access=FakeAccess(), manages_routes=True),

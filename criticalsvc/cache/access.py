@@ -56,8 +56,7 @@ class ReadAccess:
 
 def grant_hint(gr: GroupResource) -> str:
     """What to add so the gate may read `gr` (short: it ends an admission warning, 256 characters at most)."""
-    return (f"add a ClusterRole labelled {READER_AGGREGATION_LABEL}=\"true\" with get, list, watch on "
-            f"{gr.resource} in group \"{gr.group}\"")
+    return f"a ClusterRole labelled {READER_AGGREGATION_LABEL}=\"true\" grants get, list, watch on {gr}"
 
 
 __all__ = ["ReadAccess", "grant_hint"]
