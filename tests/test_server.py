@@ -552,11 +552,12 @@ class SyncingSource:
     def syncing(self) -> bool:
         return not self.synced and not self.forbidden
 
-    async def wait_changed(self, timeout: float) -> None:
+    async def wait_changed(self, timeout: float) -> bool:
         self.waits += 1
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await self.changed.wait()
+        return self.changed.is_set()
 
     def sync(self) -> None:
         self.synced = True

@@ -157,16 +157,18 @@ class CacheState:
             return True
         return any(not r.synced.is_set() and not r.forbidden for r in self.watches.reflectors.values())
 
-    async def wait_changed(self, timeout: float) -> None:
-        """Return at the next change of the caches (a reflector synced, the watch set or discovery changed), or
-        after `timeout` seconds. Registered before the first await: a change after the caller's last look at
-        the state is never missed (one event loop)."""
+    async def wait_changed(self, timeout: float) -> bool:
+        """Return True at the next change of the caches (a reflector synced, the watch set or discovery changed),
+        False after `timeout` seconds without one. Registered before the first await: a change after the
+        caller's last look at the state is never missed (one event loop)."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._change_waiters.append(waiter)
         try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await waiter
+            async with asyncio.timeout(timeout):
+                await waiter
+            return True
+        except TimeoutError:
+            return False
         finally:
             with contextlib.suppress(ValueError):
                 self._change_waiters.remove(waiter)
