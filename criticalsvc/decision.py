@@ -46,7 +46,6 @@ from typing import Any
 import attrs
 
 from . import criteria, nsorder, updates
-from .admission import AdmissionRequest
 from .api import (
     BREAK_GLASS_ANNOTATION,
     CRD_NAME,
@@ -68,8 +67,9 @@ from .api import (
 )
 from .errors import UNVERIFIED, DependencyCycle, InvalidSpec, StateUnavailable
 from .objects import KubeObject
+from .request import AdmissionRequest
+from .routing import not_routed
 from .state import ClusterState, provider_objects
-from .status import not_routed
 
 # Messages end up on a terminal after the API server's prefix; Kubernetes has no hard limit, but a
 # wall of text helps nobody, so the message is capped and says how much it left out.

@@ -44,11 +44,11 @@ from . import criteria
 from .api import CriticalService, Enforcement, GroupResource, ObjectRef, ProviderSelector, ReplayDeletion
 from .errors import UNVERIFIED, StateUnavailable
 from .objects import KubeObject
-from .routing import PROVIDERS_CONFIGURATION, Route, RoutingFacts, needed_routes
+from .routing import PROVIDERS_CONFIGURATION, Route, RoutingFacts, needed_routes, not_routed
 from .state import ClusterState, provider_objects
 from .timestamps import format_rfc3339
 
-if TYPE_CHECKING:  # replay builds on decision, which builds on this module
+if TYPE_CHECKING:  # status reports replay's intents; the rules never import how they are reported (.importlinter)
     from .replay import DeletionIntent
 
 # The reason of a condition the gate cannot compute now (a type it may not read, a cache not synced), and
@@ -222,17 +222,6 @@ def _unrouted(cs: CriticalService, provider_type: GroupResource, missing: Sequen
                                  f"{PROVIDERS_CONFIGURATION}): {routing.error}")
     return "RoutePending", (f"the gate has not yet routed {names} (ValidatingWebhookConfiguration "
                             f"{PROVIDERS_CONFIGURATION}); {cs.provider} is not enforced until it has")
-
-
-def not_routed(cs: CriticalService, provider_type: GroupResource) -> str:
-    """Why a provider of an unrouted type is only half protected, and what to do about it.
-
-    Short enough for an admission warning (256 characters): the routed types are in GATED_DELETES.
-    """
-    where = f"only deleting its namespace {cs.provider.namespace} is gated" if cs.provider.namespace else \
-        "nothing is gated"
-    return (f"the webhook configuration sends no DELETE of {provider_type} to the gate, so {where}; add "
-            f"{provider_type} to its workloads rule to gate {cs.provider} itself")
 
 
 def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
