@@ -24,8 +24,10 @@ from typing import Any
 import attrs
 import orjson
 
-from criticalsvc.api import parse_critical_service
+from criticalsvc.api import GroupResource, ObjectRef, parse_critical_service
+from criticalsvc.cache.guarded import READER_AGGREGATION_LABEL
 from criticalsvc.cache.transport import APIError, APIStatusError, TransportError
+from criticalsvc.errors import StateUnavailable
 from criticalsvc.manifests import load_path
 from criticalsvc.objects import KubeObject
 from criticalsvc.sim.apiserver.server import ServerThread
@@ -357,6 +359,46 @@ def state_with(*services: Mapping[str, Any], objects: Iterable[KubeObject] = ())
     for s in services:
         state.upsert_critical_service(parse_critical_service(s))
     return state
+
+
+class Unreadable:
+    """`state` as the live gate's guarded state answers while it may not list some types (403): every read
+    of those types raises StateUnavailable with the gate's words (criticalsvc/cache/guarded.py)."""
+
+    def __init__(self, state: Any, *types: GroupResource) -> None:
+        self.state = state
+        self.types = frozenset(types)
+
+    def _require(self, gr: GroupResource) -> None:
+        if gr in self.types:
+            raise StateUnavailable(f"the gate may not list {gr} (403 Forbidden): grant it get/list/watch with a "
+                                   f"ClusterRole labelled {READER_AGGREGATION_LABEL}=\"true\"")
+
+    def resolve(self, gr: GroupResource) -> GroupResource | None:
+        resolved: GroupResource | None = self.state.resolve(gr)
+        return resolved
+
+    def get(self, ref: ObjectRef) -> KubeObject | None:
+        self._require(self.resolve(ref.group_resource) or ref.group_resource)
+        obj: KubeObject | None = self.state.get(ref)
+        return obj
+
+    def with_finalizer(self, gr: GroupResource, finalizer: str, **kw: Any) -> Any:
+        self._require(gr)
+        return self.state.with_finalizer(gr, finalizer, **kw)
+
+    def select(self, gr: GroupResource, **kw: Any) -> Any:
+        self._require(gr)
+        return self.state.select(gr, **kw)
+
+    def critical_services(self) -> Any:
+        return self.state.critical_services()
+
+    def protecting(self, provider: ObjectRef, labels: Any = None) -> Any:
+        return self.state.protecting(provider, labels)
+
+    def hosted_in(self, namespace: str) -> Any:
+        return self.state.hosted_in(namespace)
 
 
 # --- a fake API server for the leader's writers (criticalsvc.cache.transport.Sender) --------------------
