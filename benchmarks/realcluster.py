@@ -33,7 +33,8 @@ the other test binaries into ~/.cache/criticalsvc/noopwebhook-<hash of its sourc
    deleters, folded into inclusive shares of the gate's parts (reviews, watch events, CEL, status
    and Events, logging, HTTP, TLS) and the hottest frames (`gateProfile`).
 5. Unless --no-teardown: the reference story's teardown wall time, applied, then deleted all at
-   once by the ManifestWork-style retrying client with the test finalizer controller.
+   once by the repeating client (every refused DELETE re-sent, 0.5 s between passes) with the test
+   finalizer controller.
 """
 
 from __future__ import annotations
@@ -555,7 +556,7 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
         profile_cell: int | None = None, keep: Path | None = None) -> dict[str, Any]:
     from tests.realcluster import build
     from tests.realcluster.cluster import real_cluster
-    from tests.realcluster.teardown import FinalizerController, RetryingDeleter, Story, apply_story
+    from tests.realcluster.teardown import FinalizerController, RepeatingDeleter, Story, apply_story
 
     reason = build.missing_toolchain() if build.cached(build.selected_minor()) is None else None
     if reason is not None:
@@ -593,7 +594,7 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
         controller = FinalizerController(client, deployment_path=story.deployment_path,
                                          crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
         controller.start()
-        deleter = RetryingDeleter(client, story.paths())
+        deleter = RepeatingDeleter(client, story.paths())
         started = time.perf_counter()
         finished = deleter.run(timeout=180)
         wall = time.perf_counter() - started

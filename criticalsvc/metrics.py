@@ -10,7 +10,8 @@ restarts by incrementing `watch_restarts` (e.g. CacheState's `on_watch_restart` 
                                                                   with its subresource: deployments.apps/scale)
     criticalsvc_decision_duration_seconds                         request handled -> response ready
     criticalsvc_cache_decision_duration_seconds                   the same, for reviews answered from the caches
-                                                                  alone (no live confirmation round trip)
+                                                                  alone (no live confirmation, access review or
+                                                                  wait for a syncing cache)
     criticalsvc_cache_objects{resource}                           read from the state source per scrape
     criticalsvc_watch_restarts_total{resource}                    a watch that had to start over
     criticalsvc_live_confirmations_total{result}                  allowed | denied | failed
@@ -95,7 +96,8 @@ class Metrics:
             "deciding and any live confirmation.", buckets=DURATION_BUCKETS, registry=r)
         self.cache_decision_duration = Histogram(
             "criticalsvc_cache_decision_duration_seconds", "Time to answer an AdmissionReview decided from the "
-            "caches alone, without a live confirmation: the gate's own time, no API server round trip in it.",
+            "caches alone, without a live confirmation, an access review or a wait for a syncing cache: the "
+            "gate's own time, no API server round trip in it.",
             buckets=DURATION_BUCKETS, registry=r)
         self.watch_restarts = Counter(
             "criticalsvc_watch_restarts_total", "Watches that had to start over (dropped, 410 Gone, error), "
