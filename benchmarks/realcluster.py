@@ -1,38 +1,74 @@
-"""The gate's cost on a real control plane: DELETE latency through kube-apiserver, with and without it.
+"""The gate's cost on a real control plane: DELETE latency through kube-apiserver, against the floor.
 
-    python -m benchmarks realcluster [--objects 100] [--rounds 4] [--json]
+    python -m benchmarks realcluster [--objects 96] [--rounds 4] [--concurrency 1,8,32]
+                                     [--churn-rate 300] [--no-teardown] [--json]
 
 Starts its own control plane (tests/realcluster: etcd, kube-apiserver, kube-controller-manager built
 from the Kubernetes Go modules; skipped with the reason when they cannot be built) with the gate
-installed as a user installs it, then measures three things:
+installed as a user installs it, and beside it the floor: benchmarks/noopwebhook, a validating
+webhook written with Go's standard library that answers every review "allowed" over TLS, built like
+the other test binaries into ~/.cache/criticalsvc/noopwebhook-<hash of its source>/. Then:
 
-1. DELETE latency, gate vs bare. The same kind of object (a Deployment with 0 replicas: a type the
-   webhook routes, that nothing protects, so the gate answers ALLOW, its most common answer) is
-   created `--objects` at a time and deleted one by one by a sequential client, in `--rounds`
-   rounds that alternate "gate registered" and "ValidatingWebhookConfiguration removed", so that
-   outside load lands on both alike. Reported: p50/p99 per mode over all rounds and their ratio.
-2. The API server's own view: `apiserver_admission_webhook_admission_duration_seconds` for the
-   gate's webhooks (count, mean, and p50/p99 estimated from the histogram buckets as Prometheus'
-   histogram_quantile does), read from kube-apiserver's /metrics.
-3. The reference story's teardown wall time: applied, then deleted all at once by the
-   repeating client (every refused DELETE re-sent, 0.5 s between passes) with the test finalizer controller,
-   from the first DELETE until every object is gone; plus how many DELETEs the gate refused.
+1. DELETE latency in three modes: `gate` (the gate's ValidatingWebhookConfiguration registered),
+   `floor` (the same webhooks - names, rules, selectors, timeouts, failurePolicy - pointed at the
+   no-op) and `none` (no webhook). The object is a Deployment with 0 replicas: a type the webhook
+   routes, that nothing protects, so the gate answers ALLOW, its most common answer. `--objects`
+   are created per round and deleted by `C` concurrent deleters (threads, one keep-alive connection
+   each), for C in --concurrency; each C once without and once with background churn. Within one
+   (C, churn) cell the modes alternate per round, in a rotating order, so that outside load (this
+   machine is shared) lands on every mode alike. Reported per cell: p50/p99 of each mode and the
+   ratios gate/floor and gate/none, measured in the same run.
+2. Churn: `--churn-rate` writes per second (open loop; benchmarks/churn, a Go client with the admin's
+   certificate, built like the no-op: a Python client reached only 50-75 a second here) of what a
+   busy cluster makes the gate watch: ConfigMaps created, updated and deleted in a namespace that a CriticalService's
+   criterion names with a CEL condition (so the gate decodes each and evaluates the condition), and
+   Deployments of a type the gate watches updated. The achieved rate is reported: on a loaded
+   machine it may fall short of the asked one.
+3. The gate's own view per cell, from its /metrics (deltas over the cell): decision p50/p99 (all, and
+   those answered from the caches alone), the event-loop lag p99 and the part of it the gate was on
+   the CPU (the rest is the OS not running it: this machine is shared), full-collection pauses, and
+   the API server's
+   apiserver_admission_webhook_admission_duration_seconds for the gate's and the floor's webhooks.
+4. With --profile-cell C: py-spy (--nonblocking, 100 Hz) on the gate during the churn cell of C
+   deleters, folded into inclusive shares of the gate's parts (reviews, watch events, CEL, status
+   and Events, logging, HTTP, TLS) and the hottest frames (`gateProfile`).
+5. Unless --no-teardown: the reference story's teardown wall time, applied, then deleted all at
+   once by the repeating client (every refused DELETE re-sent, 0.5 s between passes) with the test
+   finalizer controller.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import concurrent.futures
+import contextlib
+import copy
+import hashlib
 import json
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-WEBHOOK_CONFIGURATION = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/criticalsvc"
+import attrs
+
+HERE = Path(__file__).resolve().parent
+NOOP_MODULE = HERE / "noopwebhook"
+CHURN_MODULE = HERE / "churn"
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+WEBHOOK_CONFIGURATION = f"{WEBHOOKS}/criticalsvc"
+FLOOR_CONFIGURATION_NAME = "criticalsvc-floor"
 DURATION_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
+MODES = ("gate", "floor", "none")
+CHURN_NAMESPACE, BENCH_NAMESPACE = "churn", "bench"
+CHURN_WORKERS = 20  # Deployments updated by the churn
 
 
 def _quantile(samples: list[float], q: float) -> float:
@@ -57,8 +93,35 @@ def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float:
     return lower
 
 
-def webhook_durations(metrics_text: str) -> dict[str, Any]:
-    """Per webhook name: count, mean and estimated p50/p99 (ms) of the API server's admission calls."""
+def histograms(metrics_text: str, metric: str, *, label: str = "") -> dict[str, dict[float, float]]:
+    """Cumulative buckets of histogram `metric` in a Prometheus text page, summed per value of `label`
+    (all series under "" when no label is given): {label value: {upper bound: count}}."""
+    out: dict[str, dict[float, float]] = {}
+    pattern = re.compile(rf'^{re.escape(metric)}_bucket\{{([^}}]*)\}} (\S+)$')
+    for line in metrics_text.splitlines():
+        match = pattern.match(line)
+        if not match:
+            continue
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+        upper = float("inf") if fields["le"] == "+Inf" else float(fields["le"])
+        per = out.setdefault(fields.get(label, "") if label else "", {})
+        per[upper] = per.get(upper, 0.0) + float(match.group(2))
+    return out
+
+
+def _delta(after: dict[float, float], before: dict[float, float] | None) -> list[tuple[float, float]]:
+    return [(upper, count - (before or {}).get(upper, 0.0)) for upper, count in after.items()]
+
+
+def _ms(buckets: list[tuple[float, float]], q: float) -> float | None:
+    if not buckets or max(count for _, count in buckets) == 0:
+        return None
+    return round(1000 * histogram_quantile(buckets, q), 2)
+
+
+def webhook_durations(metrics_text: str, *, suffixes: tuple[str, ...] = ("gate.criticalsvc.io",)) -> dict[str, Any]:
+    """Per webhook name ending in one of `suffixes`: count, mean and estimated p50/p99 (ms) of the API
+    server's admission calls."""
     per: dict[str, dict[str, Any]] = {}
     pattern = re.compile(rf'^{DURATION_METRIC}_(bucket|sum|count)\{{([^}}]*)\}} (\S+)$')
     for line in metrics_text.splitlines():
@@ -67,7 +130,7 @@ def webhook_durations(metrics_text: str) -> dict[str, Any]:
             continue
         kind, labels, value = match.groups()
         fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
-        if not fields.get("name", "").endswith("gate.criticalsvc.io"):
+        if not fields.get("name", "").endswith(suffixes):
             continue
         entry = per.setdefault(fields["name"], {"buckets": {}, "sum": 0.0, "count": 0.0})
         if kind == "bucket":
@@ -85,48 +148,412 @@ def webhook_durations(metrics_text: str) -> dict[str, Any]:
     return out
 
 
-def _deployment(name: str) -> dict[str, Any]:
-    labels = {"app": name}
+# --- the floor: a no-op webhook in Go -------------------------------------------------------------------
+def go_binary(module: Path) -> Path:
+    """A Go module of ours under benchmarks/ built into the cache beside the control plane's binaries,
+    once per source (~/.cache/criticalsvc/<name>-<hash of go.mod and main.go>/<name>)."""
+    from tests.realcluster import build
+
+    digest = hashlib.sha256()
+    for name in ("go.mod", "main.go"):
+        digest.update((module / name).read_bytes())
+    target = build.cache_root().parent / f"{module.name}-{digest.hexdigest()[:12]}"
+    binary = target / module.name
+    if binary.is_file():
+        return binary
+    with build._building(None) as (_, say):
+        if not binary.is_file():
+            build._build(module, ["."], target, say=say, what=f"benchmarks/{module.name}", output=module.name)
+    return binary
+
+
+def noop_binary() -> Path:
+    return go_binary(NOOP_MODULE)
+
+
+@attrs.define
+class Noop:
+    """The no-op webhook's process; `calls()` reads how many reviews it answered."""
+
+    process: Any  # tests.realcluster.controlplane.Process
+    url: str
+    ca_bundle: str
+    ca_file: Path
+
+    def calls(self) -> int:
+        import httpx
+
+        return int(httpx.get(f"{self.url}/calls", verify=str(self.ca_file), timeout=5).text)
+
+
+@contextlib.contextmanager
+def noop_webhook(directory: Path) -> Iterator[Noop]:
+    from tests.realcluster.controlplane import Process, poll
+    from tests.realcluster.gate import criticalsvc
+
+    binary = noop_binary()
+    directory.mkdir(parents=True, exist_ok=True)
+    certs = directory / "certs"
+    criticalsvc("certs", "--out", str(certs), "--san", "127.0.0.1")
+    port_file = directory / "ports.json"
+    process = Process("noopwebhook", [str(binary), "-listen", "127.0.0.1:0", "-tls-cert", str(certs / "tls.crt"),
+                                      "-tls-key", str(certs / "tls.key"), "-port-file", str(port_file)],
+                      directory / "noopwebhook.log")
+    try:
+        process.start()
+        poll(port_file.exists, timeout=30, what="the no-op webhook to listen", alive=process.check_alive, interval=0.05)
+        port = json.loads(port_file.read_text())["listen"]
+        noop = Noop(process, f"https://127.0.0.1:{port}", base64.b64encode((certs / "ca.crt").read_bytes()).decode(),
+                    certs / "ca.crt")
+        poll(lambda: noop.calls() >= 0, timeout=30, what="the no-op webhook to answer", alive=process.check_alive)
+        yield noop
+    finally:
+        process.stop()
+
+
+def floor_configuration(gate_configuration: dict[str, Any], noop: Noop) -> dict[str, Any]:
+    """The gate's ValidatingWebhookConfiguration with every webhook pointed at the no-op: the same
+    rules, selectors, timeouts and failurePolicy, so the API server does the same work to call it."""
+    body = copy.deepcopy({k: v for k, v in gate_configuration.items() if k != "status"})
+    body["metadata"] = {"name": FLOOR_CONFIGURATION_NAME}
+    for webhook in body["webhooks"]:
+        webhook["name"] = webhook["name"].replace(".gate.criticalsvc.io", ".floor.criticalsvc.io")
+        path = re.sub(r"^https://[^/]+", "", webhook["clientConfig"].get("url", "")) or "/validate"
+        webhook["clientConfig"] = {"url": noop.url + path, "caBundle": noop.ca_bundle}
+    return body
+
+
+# --- switching modes --------------------------------------------------------------------------------------
+@attrs.define
+class Modes:
+    """Registers exactly one mode's configuration and waits until the API server acts on it."""
+
+    client: Any
+    gate_body: dict[str, Any]
+    floor_body: dict[str, Any]
+    noop: Noop
+    probe: str  # a Deployment the gate protects: refused only while the gate is called
+
+    def _present(self, name: str, body: dict[str, Any], want: bool) -> None:
+        path = f"{WEBHOOKS}/{name}"
+        if self.client.exists(path) == want:
+            return
+        if want:
+            created = self.client.create(WEBHOOKS, body)
+            assert created.status_code == 201, created.text
+        else:
+            assert self.client.delete(path).status_code == 200
+
+    def _probe(self) -> int:
+        status: int = self.client.delete(self.probe, params={"dryRun": "All"}).status_code
+        return status
+
+    def set(self, mode: str) -> None:
+        from tests.realcluster.teardown import wait_for
+
+        self._present("criticalsvc", self.gate_body, mode == "gate")
+        self._present(FLOOR_CONFIGURATION_NAME, self.floor_body, mode == "floor")
+
+        def acting() -> bool:
+            before = self.noop.calls()
+            status = self._probe()
+            noop_called = self.noop.calls() > before
+            if mode == "gate":
+                return status == 403 and not noop_called
+            return status == 200 and noop_called == (mode == "floor")
+
+        wait_for(acting, timeout=60, what=f"the API server to call {mode!r} only", interval=0.05)
+
+
+def _gate_body(saved: dict[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in saved.items() if k != "status"}
+    body["metadata"] = {"name": saved["metadata"]["name"], "labels": saved["metadata"].get("labels", {})}
+    return body
+
+
+# --- deleters -----------------------------------------------------------------------------------------------
+def _deployment(name: str, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    labels = labels or {"app": name}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
             "spec": {"replicas": 0, "selector": {"matchLabels": labels},
                      "template": {"metadata": {"labels": labels},
                                   "spec": {"containers": [{"name": "c", "image": "registry.example/none:1"}]}}}}
 
 
-def _delete_round(client: Any, namespace: str, count: int, tag: str) -> list[float]:
-    base = f"/apis/apps/v1/namespaces/{namespace}/deployments"
-    for i in range(count):
-        response = client.create(base, _deployment(f"{tag}-{i}"))
-        assert response.status_code == 201, response.text
-    samples = []
-    for i in range(count):
-        started = time.perf_counter()
-        response = client.delete(f"{base}/{tag}-{i}")
-        samples.append(time.perf_counter() - started)
-        assert response.status_code == 200, response.text
-    return samples
+class Deleters:
+    """`concurrency` threads, each with its own client (one keep-alive connection)."""
+
+    def __init__(self, kubeconfig: Path, concurrency: int) -> None:
+        from tests.realcluster.client import Client
+
+        self.local = threading.local()
+        self.clients: list[Any] = []
+        self.lock = threading.Lock()
+        self.kubeconfig, self.client_type = kubeconfig, Client
+        self.pool = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="deleter")
+
+    def _client(self) -> Any:
+        client = getattr(self.local, "client", None)
+        if client is None:
+            client = self.local.client = self.client_type(self.kubeconfig)
+            with self.lock:
+                self.clients.append(client)
+        return client
+
+    def round(self, count: int, tag: str) -> list[float]:
+        base = f"/apis/apps/v1/namespaces/{BENCH_NAMESPACE}/deployments"
+        names = [f"{tag}-{i}" for i in range(count)]
+
+        def create(name: str) -> None:
+            response = self._client().create(base, _deployment(name))
+            assert response.status_code == 201, response.text
+
+        def delete(name: str) -> float:
+            client = self._client()
+            started = time.perf_counter()
+            response = client.delete(f"{base}/{name}")
+            elapsed = time.perf_counter() - started
+            assert response.status_code == 200, response.text
+            return elapsed
+
+        list(self.pool.map(create, names))
+        return list(self.pool.map(delete, names))
+
+    def close(self) -> None:
+        self.pool.shutdown()
+        for client in self.clients:
+            client.close()
 
 
-def _set_gate(cluster: Any, saved: dict[str, Any], *, registered: bool, probe: str) -> None:
-    """Register or remove the webhook configuration; wait until the API server acts on the change."""
+# --- churn ----------------------------------------------------------------------------------------------------
+CHURN_READER_ROLE = {
+    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    "metadata": {"name": "criticalsvc-read-configmaps-bench", "labels": {"criticalsvc.io/aggregate-to-reader": "true"}},
+    "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}],
+}
+CHURN_GUARD = {
+    "apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "churn-guard"},
+    "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": CHURN_NAMESPACE, "name": "guard"},
+             "criteria": [
+                 {"type": "Resources",
+                  "resources": {"group": "", "resource": "configmaps", "namespace": CHURN_NAMESPACE},
+                  "condition": "has(object.data) && has(object.data.state) && object.data.state == 'active'"},
+                 {"type": "Resources", "resources": {"group": "apps", "resource": "deployments",
+                                                     "namespace": CHURN_NAMESPACE,
+                                                     "selector": {"matchLabels": {"app": "churn-worker"}}},
+                  "condition": "object.spec.replicas > 0"}]},
+}
+
+
+def set_up_churn(cluster: Any, gate: Any) -> None:
+    """The churn namespace, its guard, the worker Deployments, and a CriticalService whose criteria name
+    ConfigMaps and Deployments there with CEL conditions; waits until the gate caches ConfigMaps."""
     from tests.realcluster.teardown import wait_for
 
     client = cluster.admin
-    if client.exists(WEBHOOK_CONFIGURATION) == registered:
-        pass
-    elif registered:
-        body = {k: v for k, v in saved.items() if k != "status"}
-        body["metadata"] = {"name": saved["metadata"]["name"], "labels": saved["metadata"].get("labels", {})}
-        assert client.create("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-                             body).status_code == 201
-    else:
-        assert client.delete(WEBHOOK_CONFIGURATION).status_code == 200
-    want = 403 if registered else 200  # the probe is a protected Deployment: refused only with the gate
-    wait_for(lambda: client.delete(probe, params={"dryRun": "All"}).status_code == want, timeout=60,
-             what=f"the API server to {'call' if registered else 'stop calling'} the gate")
+    done = cluster.kubectl("apply", "-f", "-", input=json.dumps(CHURN_READER_ROLE))
+    assert done.returncode == 0, done.stderr
+    assert cluster.kubectl("create", "namespace", CHURN_NAMESPACE).returncode == 0
+    base = f"/apis/apps/v1/namespaces/{CHURN_NAMESPACE}/deployments"
+    assert client.create(base, _deployment("guard")).status_code == 201
+    for i in range(CHURN_WORKERS):
+        created = client.create(base, _deployment(f"worker-{i}", labels={"app": "churn-worker"}))
+        assert created.status_code == 201, created.text
+    wait_for(lambda: client.create("/apis/criticalsvc.io/v1alpha1/criticalservices", CHURN_GUARD).status_code == 201,
+             timeout=60, what="the churn guard CriticalService to be created")
+    wait_for(lambda: gate.metric("criticalsvc_cache_objects", resource="configmaps") > 0, timeout=60,
+             what="the gate to cache ConfigMaps")
 
 
-def run(objects: int, rounds: int) -> dict[str, Any]:
+class Churn:
+    """benchmarks/churn (Go) writing at `rate` per second with the admin's client certificate until stopped."""
+
+    def __init__(self, plane: Any, rate: float, prefix: str, directory: Path) -> None:
+        self.rate = rate
+        pki = plane.pki
+        self.process = subprocess.Popen(
+            [str(go_binary(CHURN_MODULE)), "-server", plane.url, "-ca", str(pki.ca_cert), "-cert", str(pki.admin_cert),
+             "-key", str(pki.admin_key), "-namespace", CHURN_NAMESPACE, "-prefix", prefix, "-rate", str(rate),
+             "-workers", str(CHURN_WORKERS)],
+            stdout=subprocess.PIPE, stderr=(directory / f"churn-{prefix}.log").open("wb"), text=True)
+
+    def stop(self) -> dict[str, Any]:
+        self.process.terminate()
+        try:
+            out, _ = self.process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, _ = self.process.communicate()
+        try:
+            done = json.loads(out.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            return {"askedPerSecond": self.rate,
+                    "error": f"the churn exited {self.process.returncode} without a result"}
+        seconds = done["seconds"] or 1.0
+        return {"askedPerSecond": self.rate, "achievedPerSecond": round(done["writes"] / seconds, 1),
+                "writes": done["writes"], "errors": done["errors"], "firstError": done["firstError"]}
+
+
+# --- py-spy on the gate -----------------------------------------------------------------------------------
+# Where the gate's samples go, inclusive: (label, a substring of a frame as py-spy prints it).
+PROFILE_AREAS = (
+    ("reviews: Webhook.validate (read, decide, record, log)", "Webhook.validate (criticalsvc/server.py"),
+    ("  decide", "decide (criticalsvc/decision.py"),
+    ("  the decision's log line", "Webhook._record (criticalsvc/server.py"),
+    ("watch events: reflector, projection, CEL, indexes", "criticalsvc/cache/"),
+    ("  CEL conditions", "criticalsvc/condition.py"),
+    ("status writer and Events", "criticalsvc/statuswriter.py"),
+    ("replayer", "criticalsvc/replayer.py"),
+    ("webhook router", "criticalsvc/webhookrouter.py"),
+    ("structlog (every log line)", "structlog/"),
+    ("HTTP server: hypercorn + h11", "hypercorn/"),
+    ("API client: aiohttp", "aiohttp/"),
+    ("TLS (ssl, sslproto)", "ssl"),
+    ("prometheus_client", "prometheus_client/"),
+    ("the lag probe", "probe_event_loop_lag"),
+)
+
+
+class Profiler:
+    """py-spy recording the gate (--nonblocking: the gate is never paused) until stopped."""
+
+    def __init__(self, pid: int, out: Path, rate: int = 100) -> None:
+        beside = Path(sys.executable).parent / "py-spy"
+        self.out = out
+        self.process = subprocess.Popen([str(beside), "record", "--nonblocking", "--pid", str(pid), "--rate", str(rate),
+                                         "--duration", "3600", "--format", "raw", "--output", str(out)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def stop(self) -> dict[str, Any]:
+        import signal
+
+        self.process.send_signal(signal.SIGINT)  # py-spy writes what it has and exits
+        try:
+            _, err = self.process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, err = self.process.communicate()
+        if not self.out.exists():
+            return {"error": f"py-spy wrote nothing (exit {self.process.returncode}): {err.strip()[-300:]}"}
+        return fold_profile(self.out.read_text())
+
+
+def fold_profile(raw: str) -> dict[str, Any]:
+    """py-spy raw samples -> inclusive share per PROFILE_AREAS and the 15 hottest innermost frames."""
+    from collections import Counter
+
+    total = 0
+    areas: Counter[str] = Counter()
+    innermost: Counter[str] = Counter()
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n, frames = int(count), stack.split(";")
+        total += n
+        innermost[frames[-1]] += n
+        for label, marker in PROFILE_AREAS:
+            if any(marker in f for f in frames):
+                areas[label] += n
+    if not total:
+        return {"samples": 0}
+    return {"samples": total,
+            "inclusivePercent": {label: round(100 * areas[label] / total, 1) for label, _ in PROFILE_AREAS},
+            "hottestFrames": [[frame, round(100 * n / total, 1)] for frame, n in innermost.most_common(15)]}
+
+
+# --- one run ------------------------------------------------------------------------------------------------
+def _summary(samples: list[float]) -> dict[str, Any]:
+    return {"p50Ms": round(1000 * statistics.median(samples), 2), "p99Ms": round(1000 * _quantile(samples, 0.99), 2),
+            "deletes": len(samples)}
+
+
+def _ratio(a: float, b: float) -> float:
+    return round(a / b, 2) if b else float("nan")
+
+
+def _gate_view(before: str, after: str) -> dict[str, Any]:
+    """The gate's decision and event-loop-lag quantiles over what happened between two /metrics pages."""
+    out: dict[str, Any] = {}
+    for key, metric in (("decision", "criticalsvc_decision_duration_seconds"),
+                        ("cacheDecision", "criticalsvc_cache_decision_duration_seconds"),
+                        ("loopLag", "criticalsvc_event_loop_lag_seconds"),
+                        ("loopLagOnCpu", "criticalsvc_event_loop_lag_cpu_seconds")):
+        a, b = histograms(after, metric).get(""), histograms(before, metric).get("")
+        if a is None:
+            continue
+        buckets = _delta(a, b)
+        out[f"{key}P50Ms"], out[f"{key}P99Ms"] = _ms(buckets, 0.5), _ms(buckets, 0.99)
+        out[f"{key}Count"] = int(max(count for _, count in buckets))
+    for generation, after_buckets in histograms(after, "criticalsvc_gc_pause_seconds", label="generation").items():
+        buckets = _delta(after_buckets, histograms(before, "criticalsvc_gc_pause_seconds",
+                                                   label="generation").get(generation))
+        out[f"gcGen{generation}Count"] = int(max(count for _, count in buckets))
+        out[f"gcGen{generation}P99Ms"] = _ms(buckets, 0.99)
+    return out
+
+
+def measure(cluster: Any, modes: Modes, *, concurrency: list[int], objects: int, rounds: int,
+            churn_rate: float, directory: Path, profile_cell: int | None = None) -> list[dict[str, Any]]:
+    gate = cluster.gate.replicas[0]
+    cells = []
+    for c in concurrency:
+        deleters = Deleters(cluster.kubeconfig, c)
+        try:
+            for churning in (False, True):
+                samples: dict[str, list[float]] = {m: [] for m in MODES}
+                churn = Churn(cluster.plane, churn_rate, f"c{c}", directory) if churning else None
+                profiler = None
+                if churning and c == profile_cell:
+                    assert gate.process.popen is not None
+                    profiler = Profiler(gate.process.popen.pid, directory / f"gate-profile-c{c}.txt")
+                gate_before = gate.metrics()
+                try:
+                    for r in range(rounds):
+                        order = MODES[r % 3:] + MODES[:r % 3]
+                        for mode in order:
+                            modes.set(mode)
+                            tag = f"c{c}-{'churn' if churning else 'quiet'}-{mode}-{r}"
+                            samples[mode] += deleters.round(objects, tag)
+                finally:
+                    churned = churn.stop() if churn is not None else None
+                    profiled = profiler.stop() if profiler is not None else None
+                gate_after = gate.metrics()
+                cell: dict[str, Any] = {"concurrency": c, "churn": churning,
+                                        **{m: _summary(s) for m, s in samples.items()}}
+                g, f, n = cell["gate"], cell["floor"], cell["none"]
+                cell["ratio"] = {"gateFloorP50": _ratio(g["p50Ms"], f["p50Ms"]),
+                                 "gateFloorP99": _ratio(g["p99Ms"], f["p99Ms"]),
+                                 "gateNoneP50": _ratio(g["p50Ms"], n["p50Ms"]),
+                                 "gateNoneP99": _ratio(g["p99Ms"], n["p99Ms"])}
+                cell["gateView"] = _gate_view(gate_before, gate_after)
+                if churned is not None:
+                    cell["churnWrites"] = churned
+                if profiled is not None:
+                    cell["gateProfile"] = profiled
+                cells.append(cell)
+                print(_row(cell), file=sys.stderr, flush=True)
+        finally:
+            deleters.close()
+    return cells
+
+
+TABLE_HEADER = ("| deleters | churn (writes/s) | gate p50/p99 ms | floor p50/p99 ms | none p50/p99 ms | "
+                "gate/floor p50 | gate/floor p99 | gate/none p50 | gate/none p99 | decision p99 ms (cache only) "
+                "| loop lag p99 ms (on CPU) |")
+
+
+def _row(cell: dict[str, Any]) -> str:
+    g, f, n, r, v = cell["gate"], cell["floor"], cell["none"], cell["ratio"], cell["gateView"]
+    churn = f"{cell['churnWrites']['achievedPerSecond']}" if cell["churn"] else "none"
+    return (f"| {cell['concurrency']} | {churn} | {g['p50Ms']}/{g['p99Ms']} | {f['p50Ms']}/{f['p99Ms']} "
+            f"| {n['p50Ms']}/{n['p99Ms']} | {r['gateFloorP50']}x | {r['gateFloorP99']}x | {r['gateNoneP50']}x "
+            f"| {r['gateNoneP99']}x | {v.get('decisionP99Ms')} ({v.get('cacheDecisionP99Ms')}) "
+            f"| {v.get('loopLagP99Ms')} ({v.get('loopLagOnCpuP99Ms')}) |")
+
+
+def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, teardown: bool,
+        profile_cell: int | None = None, keep: Path | None = None) -> dict[str, Any]:
     from tests.realcluster import build
     from tests.realcluster.cluster import real_cluster
     from tests.realcluster.teardown import FinalizerController, RepeatingDeleter, Story, apply_story
@@ -135,27 +562,33 @@ def run(objects: int, rounds: int) -> dict[str, Any]:
     if reason is not None:
         return {"skipped": reason}
     binaries = build.ensure_built(build.selected_minor())
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    noop_binary()  # built before the control plane starts, so a cold build does not count against it
+    go_binary(CHURN_MODULE)
     with tempfile.TemporaryDirectory(prefix="bench-realcluster-") as tmp, \
-            real_cluster(binaries, Path(tmp)) as cluster:
+            real_cluster(binaries, Path(tmp)) as cluster, noop_webhook(Path(tmp) / "noop") as noop:
         client = cluster.admin
         # A protected provider to probe whether the API server calls the gate, and the measured namespace.
         probe_story = Story.make("probe")
         apply_story(cluster.kubectl, client, probe_story)
-        assert cluster.kubectl("create", "namespace", "bench").returncode == 0
+        assert cluster.kubectl("create", "namespace", BENCH_NAMESPACE).returncode == 0
+        set_up_churn(cluster, cluster.gate.replicas[0])
         saved = client.get(WEBHOOK_CONFIGURATION)
         assert saved is not None
-        samples: dict[str, list[float]] = {"gate": [], "bare": []}
-        for r in range(rounds):
-            for mode in (("gate", "bare") if r % 2 == 0 else ("bare", "gate")):
-                _set_gate(cluster, saved, registered=mode == "gate", probe=probe_story.deployment_path)
-                samples[mode] += _delete_round(client, "bench", objects, f"{mode}-{r}")
-        _set_gate(cluster, saved, registered=True, probe=probe_story.deployment_path)
+        modes = Modes(client, _gate_body(saved), floor_configuration(saved, noop), noop, probe_story.deployment_path)
+        print(TABLE_HEADER, file=sys.stderr, flush=True)
+        cells = measure(cluster, modes, concurrency=concurrency, objects=objects, rounds=rounds, churn_rate=churn_rate,
+                        profile_cell=profile_cell, directory=keep or Path(tmp))
+        modes.set("gate")
         metrics = client.request("GET", "/metrics").text
-        latency = {mode: {"p50Ms": round(1000 * statistics.median(s), 2), "p99Ms": round(1000 * _quantile(s, 0.99), 2),
-                          "deletes": len(s)} for mode, s in samples.items()}
-        latency["ratio"] = {"p50": round(latency["gate"]["p50Ms"] / latency["bare"]["p50Ms"], 2),
-                            "p99": round(latency["gate"]["p99Ms"] / latency["bare"]["p99Ms"], 2)}
-
+        result: dict[str, Any] = {
+            "kubernetes": binaries.kubernetes_version, "objectsPerRound": objects, "roundsPerMode": rounds,
+            "cells": cells,
+            "apiserverWebhookDuration": webhook_durations(
+                metrics, suffixes=("gate.criticalsvc.io", "floor.criticalsvc.io"))}
+        if not teardown:
+            return result
         story = Story.make("bench")
         apply_story(cluster.kubectl, client, story)
         controller = FinalizerController(client, deployment_path=story.deployment_path,
@@ -166,25 +599,47 @@ def run(objects: int, rounds: int) -> dict[str, Any]:
         finished = deleter.run(timeout=180)
         wall = time.perf_counter() - started
         controller.stop()
-        return {"kubernetes": binaries.kubernetes_version, "deleteLatency": latency,
-                "apiserverWebhookDuration": webhook_durations(metrics),
-                "referenceStoryTeardown": {"completed": finished, "wallSeconds": round(wall, 2),
-                                           "deletesSent": len(deleter.attempts),
-                                           "refusedByGate": len(deleter.refused()),
-                                           "retryIntervalSeconds": deleter.interval}}
+        result["referenceStoryTeardown"] = {"completed": finished, "wallSeconds": round(wall, 2),
+                                            "deletesSent": len(deleter.attempts),
+                                            "refusedByGate": len(deleter.refused()),
+                                            "retryIntervalSeconds": deleter.interval}
+        return result
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks realcluster", description=__doc__.splitlines()[0])
-    parser.add_argument("--objects", type=int, default=100, help="Deployments per round (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=4, help="rounds per mode, alternating (default: %(default)s)")
+    parser.add_argument("--objects", type=int, default=96, help="Deployments per round (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per mode and cell (default: %(default)s)")
+    parser.add_argument("--concurrency", default="1,8,32",
+                        help="concurrent deleters, comma-separated (default: %(default)s)")
+    parser.add_argument("--churn-rate", type=float, default=300.0,
+                        help="background writes per second in the churn cells (default: %(default)s)")
+    parser.add_argument("--no-teardown", action="store_true", help="skip the reference story's teardown")
+    parser.add_argument("--profile-cell", type=int, metavar="C",
+                        help="record the gate with py-spy (--nonblocking) during the churn cell of C deleters")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="write the raw py-spy samples here")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = parser.parse_args(argv)
-    result = run(args.objects, args.rounds)
+    try:
+        concurrency = [int(c) for c in args.concurrency.split(",")]
+    except ValueError:
+        print(f"python -m benchmarks realcluster: --concurrency {args.concurrency!r}: not comma-separated integers",
+              file=sys.stderr)
+        return 2
+    try:
+        result = run(args.objects, args.rounds, concurrency, args.churn_rate, not args.no_teardown,
+                     profile_cell=args.profile_cell, keep=args.keep)
+    except subprocess.CalledProcessError as exc:
+        print(f"python -m benchmarks realcluster: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result))
     else:
         print(json.dumps(result, indent=2))
+        if "cells" in result:
+            print(TABLE_HEADER)
+            for cell in result["cells"]:
+                print(_row(cell))
     return 0
 
 

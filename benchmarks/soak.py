@@ -51,6 +51,10 @@ round. Close to 0 when a closed connection's memory is reused; ~290 KiB when the
 connection until its keep-alive timeout (120 s) expires - which hypercorn 0.18 does: its H11Protocol
 ignores the close of an idle connection, and TCPServer's task group then waits for the idle timer.
 
+rssSlopePctPer10MinLast30Min is the least-squares slope through the samples of the last 30 minutes
+(all of them in a shorter run), in percent of their mean per 10 minutes: issue 21's goal for the
+60-minute run (`--duration 3600 --sample-interval 60`) is <= 0.5.
+
 Goals: errors == 0 and rssGrowth < 5 % (issue 6, "Soak"): goalMet; and churnRetainedKiBPerConnection
 < 32 (a tenth of a kept connection): churnGoalMet. A missed goal is reported with exit code 0; only a
 run that could not be made (the gate did not start or died) exits 1.
@@ -101,6 +105,8 @@ RESPONSE_API_VERSION = "admission.k8s.io/v1"
 # so 192 closed connections are measured: at ~290 KiB each (asyncio's TLS protocol keeps a 256 KiB
 # read buffer per connection) a connection left behind shows as ~54 MiB, far above allocator noise.
 CHURN_CONNECTIONS, CHURN_ROUNDS, CHURN_SETTLE = 64, 4, 0.3
+# The long soak's memory goal (issue 21): over its last 30 minutes, RSS grows <= 0.5 % per 10 minutes.
+SLOPE_WINDOW, SLOPE_GOAL_PCT_PER_10_MIN = 1800.0, 0.5
 # A tenth of what one TLS connection holds: more than allocator noise, far less than a kept connection.
 CHURN_RETAINED_GOAL_KIB = 32.0
 
@@ -277,6 +283,22 @@ def rss_growth(samples: Sequence[int]) -> tuple[float, float, float] | None:
     start = statistics.median(samples[w:2 * w])
     end = statistics.median(samples[-w:])
     return float(start), float(end), (end - start) / start
+
+
+def rss_slope(samples: Sequence[int], interval: float, *, window: float = SLOPE_WINDOW) -> float | None:
+    """The least-squares slope of the last `window` seconds of RSS samples (taken every `interval` s),
+    in percent of their mean per 10 minutes; None with fewer than 3 samples in the window.
+
+    A slope, not the end-to-start difference: two numbers taken minutes apart say little about whether
+    memory still grows at the end of an hour, a fit through every sample of the last half-hour does."""
+    n = min(len(samples), int(window / interval) + 1)
+    if n < 3:
+        return None
+    ys = [float(v) for v in samples[-n:]]
+    xs = [i * interval for i in range(n)]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return slope * 600 / my * 100
 
 
 # --- the load -----------------------------------------------------------------------------------------
@@ -490,6 +512,7 @@ def _section(tally: Tally, mix: Sequence[Case], *, duration: float, rate: float,
     errors = sum(tally.errors.values())
     rss = rss_growth(tally.rss)
     start, end, growth = rss if rss is not None else (None, None, None)
+    slope = rss_slope(tally.rss, sample_interval)
     met = errors == ERRORS_GOAL and growth is not None and growth < RSS_GROWTH_GOAL
 
     def mib(kib: float | None) -> float | None:
@@ -519,6 +542,9 @@ def _section(tally: Tally, mix: Sequence[Case], *, duration: float, rate: float,
         "rssFirstMiB": mib(tally.rss[0]) if tally.rss else None,
         "rssStartMiB": mib(start), "rssEndMiB": mib(end), "rssPeakMiB": mib(max(tally.rss)) if tally.rss else None,
         "rssGrowth": round(growth, 4) if growth is not None else None,
+        # The fit through the last 30 minutes' samples (or all, in a shorter run): what grows at the end.
+        "rssSlopePctPer10MinLast30Min": None if slope is None else round(slope, 3),
+        "rssSlopeGoal": f"<= {SLOPE_GOAL_PCT_PER_10_MIN} % per 10 min over the last {SLOPE_WINDOW / 60:g} min",
         # The whole series (one value per interval: 600 numbers for a 10 min run), to see a trend.
         "rssMiB": [mib(kib) for kib in tally.rss],
         # File descriptors (sockets: one per client connection) - a leak of connections shows here first.

@@ -9,6 +9,9 @@ restarts by incrementing `watch_restarts` (e.g. CacheState's `on_watch_restart` 
     criticalsvc_decisions_total{resource,operation,result,rule}   every AdmissionReview answered (resource
                                                                   with its subresource: deployments.apps/scale)
     criticalsvc_decision_duration_seconds                         request handled -> response ready
+    criticalsvc_cache_decision_duration_seconds                   the same, for reviews answered from the caches
+                                                                  alone (no live confirmation, access review or
+                                                                  wait for a syncing cache)
     criticalsvc_cache_objects{resource}                           read from the state source per scrape
     criticalsvc_watch_restarts_total{resource}                    a watch that had to start over
     criticalsvc_live_confirmations_total{result}                  allowed | denied | failed
@@ -17,10 +20,24 @@ restarts by incrementing `watch_restarts` (e.g. CacheState's `on_watch_restart` 
     criticalsvc_requests_rejected_total{reason}                   malformed | too-large | not-ready
     criticalsvc_decision_errors_total                             unexpected exceptions (answered DENY)
     criticalsvc_certificate_reloads_total{result}                 serving certificate reloads
+    criticalsvc_event_loop_lag_seconds                            how late a periodic timer ran (probe_event_loop_lag)
+    criticalsvc_event_loop_lag_cpu_seconds                        the part of each lag spent on the CPU (ours)
+    criticalsvc_gc_pause_seconds{generation}                      each garbage collection (time_garbage_collections)
+
+The event loop serves every review, every watch event and every status write of the process: while one
+of them holds it (a big watch list decoded, a garbage collection, a slow log handler) every review
+waits. `probe_event_loop_lag` measures that directly, as Node's `monitorEventLoopDelay` does: a timer
+due every LAG_PROBE_INTERVAL records how late it fired. Its p99 is the tail a review can meet in the
+queue before its handler runs, whatever caused it. One cause it cannot name is timed on its own: a
+garbage collection stops everything while it runs, and a full one (generation 2) walks every tracked
+object of the process, so `time_garbage_collections` records each collection's pause by generation.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -33,6 +50,13 @@ from prometheus_client.registry import Collector
 # (10 s by default). So the buckets span 100 µs to 10 s.
 DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                     2.5, 5.0, 10.0)
+
+# How late the probe's timer fired: 0.5 ms (a loop doing nothing else) to 2.5 s (a stall the API
+# server's webhook timeout would turn into a failed call).
+LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# 50 wake-ups a second cost ~1 ms of CPU a second (a timer, a clock read, one histogram observation)
+# and catch any stall longer than 20 ms; shorter ones are caught in proportion to their length.
+LAG_PROBE_INTERVAL = 0.02
 
 # Reasons for requests answered without a decision (label values of requests_rejected_total).
 REJECT_MALFORMED = "malformed"    # HTTP 400: not a decodable AdmissionReview v1 (or not JSON at all)
@@ -70,6 +94,11 @@ class Metrics:
         self.decision_duration = Histogram(
             "criticalsvc_decision_duration_seconds", "Time to answer an AdmissionReview: reading the body, "
             "deciding and any live confirmation.", buckets=DURATION_BUCKETS, registry=r)
+        self.cache_decision_duration = Histogram(
+            "criticalsvc_cache_decision_duration_seconds", "Time to answer an AdmissionReview decided from the "
+            "caches alone, without a live confirmation, an access review or a wait for a syncing cache: the "
+            "gate's own time, no API server round trip in it.",
+            buckets=DURATION_BUCKETS, registry=r)
         self.watch_restarts = Counter(
             "criticalsvc_watch_restarts_total", "Watches that had to start over (dropped, 410 Gone, error), "
             "by resource.", ["resource"], registry=r)
@@ -103,6 +132,18 @@ class Metrics:
         self.webhook_route_syncs = Counter(
             "criticalsvc_webhook_route_syncs_total", "Syncs of the webhook configuration criticalsvc-providers by "
             "the leader, by outcome (unchanged, created, updated, conflict, failed).", ["outcome"], registry=r)
+        self.event_loop_lag = Histogram(
+            "criticalsvc_event_loop_lag_seconds", "How late a timer due every 20 ms ran on the event loop that "
+            "serves reviews: the time a review waits behind other work before its handler starts.",
+            buckets=LAG_BUCKETS, registry=r)
+        self.event_loop_lag_cpu = Histogram(
+            "criticalsvc_event_loop_lag_cpu_seconds", "Of each event-loop lag sample, the part the serving thread "
+            "was on the CPU (work holding the loop, garbage collection included); the rest of the lag is time "
+            "the OS did not run the process.", buckets=LAG_BUCKETS, registry=r)
+        self.gc_pause = Histogram(
+            "criticalsvc_gc_pause_seconds", "Garbage collections and how long each stopped the process, by "
+            "generation (2: a full collection, which walks every tracked object).", ["generation"],
+            buckets=LAG_BUCKETS, registry=r)
         self._cache_collector: _CacheObjectsCollector | None = None
 
     def observe_cache_objects(self, counts: Callable[[], Mapping[str, int]]) -> None:
@@ -117,4 +158,42 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-__all__ = ["DURATION_BUCKETS", "REJECT_MALFORMED", "REJECT_NOT_READY", "REJECT_TOO_LARGE", "Metrics"]
+async def probe_event_loop_lag(metrics: Metrics, *, interval: float = LAG_PROBE_INTERVAL) -> None:
+    """Until cancelled: sleep `interval`, observe how much later than that the loop woke us up, and how
+    much of that lateness the loop's thread spent on the CPU (its CPU time over the sleep, at most the
+    lag): work of ours that held the loop (a long step, a garbage collection). The rest of a lag is time
+    the OS did not run the process at all - a machine with more runnable threads than cores."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + interval
+        cpu = time.thread_time()
+        await asyncio.sleep(interval)
+        lag = max(0.0, loop.time() - due)
+        metrics.event_loop_lag.observe(lag)
+        metrics.event_loop_lag_cpu.observe(min(lag, time.thread_time() - cpu))
+
+
+def time_garbage_collections(metrics: Metrics) -> Callable[[], None]:
+    """Observe every garbage collection's pause in metrics.gc_pause from now on; returns the undo.
+
+    gc.callbacks is global to the process, so the serving loop installs it once and removes it when it
+    stops (a test that builds many servers in one process does not pile them up)."""
+    started = [0.0]
+
+    def callback(phase: str, info: Mapping[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            metrics.gc_pause.labels(str(info["generation"])).observe(time.perf_counter() - started[0])
+
+    gc.callbacks.append(callback)
+
+    def remove() -> None:
+        if callback in gc.callbacks:
+            gc.callbacks.remove(callback)
+
+    return remove
+
+
+__all__ = ["DURATION_BUCKETS", "LAG_BUCKETS", "LAG_PROBE_INTERVAL", "REJECT_MALFORMED", "REJECT_NOT_READY",
+           "REJECT_TOO_LARGE", "Metrics", "probe_event_loop_lag", "time_garbage_collections"]

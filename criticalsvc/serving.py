@@ -49,7 +49,7 @@ from hypercorn.config import Config, Sockets
 from .errors import InvalidInput
 from .hypercornpatch import release_connections_closed_while_idle
 from .logs import get_logger
-from .metrics import Metrics
+from .metrics import Metrics, probe_event_loop_lag, time_garbage_collections
 from .server import Webhook
 
 # Longer than the API server's idle-connection timeout (Go net/http: 90 s), see the module docstring.
@@ -287,15 +287,20 @@ class Service:
 
     async def run(self, shutdown_trigger: Callable[[], Awaitable[Any]]) -> None:
         """Serve until `shutdown_trigger()` returns, then finish in-flight requests and return."""
-        watcher = asyncio.create_task(self.tls_config.watch_certificates(self.cert_check_interval))
+        watchers = [asyncio.create_task(self.tls_config.watch_certificates(self.cert_check_interval)),
+                    asyncio.create_task(probe_event_loop_lag(self.webhook.metrics))]
+        untime_gc = time_garbage_collections(self.webhook.metrics)
         try:
             async with asyncio.TaskGroup() as group:
                 for app, config in self._servers:
                     group.create_task(hypercorn.asyncio.serve(app, config, shutdown_trigger=shutdown_trigger))
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for watcher in watchers:
+                watcher.cancel()
+            for watcher in watchers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            untime_gc()
             self.close()
         self._service_log.info("stopped")
 

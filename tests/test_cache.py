@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -676,6 +678,64 @@ class LingeringCacheFollowsTheStore(CacheFollowsTheStore):
 
 LingeringCacheFollowsTheStore.TestCase.settings = CacheFollowsTheStore.TestCase.settings
 test_lingering_cache_follows_the_store = LingeringCacheFollowsTheStore.TestCase
+
+
+class _BurstTransport:
+    """A LIST of nothing, then one watch read that hands over `count` events at once, without awaiting in
+    between (as KubeTransport does with the events of one 64 KiB read), then a quiet stream."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = "") -> dict[str, Any]:
+        return page(1)
+
+    @contextlib.asynccontextmanager
+    async def stream(self, path: str, params: Any = (), *, timeout: float,
+                     accept: str = "") -> AsyncIterator[AsyncIterator[Any]]:
+        async def events() -> AsyncIterator[Any]:
+            for i in range(self.count):
+                yield event("ADDED", f"o{i}", 2 + i)
+            await asyncio.Event().wait()
+
+        yield events()
+
+
+class _SlowSink(DictSink):
+    """Each upsert holds the loop for 1 ms on the CPU (a projection and a CEL evaluation, say)."""
+
+    def upsert(self, gr: GroupResource, obj: Any) -> None:
+        end = time.perf_counter() + 0.001
+        while time.perf_counter() < end:
+            pass
+        super().upsert(gr, obj)
+
+
+@pytest.mark.parametrize("loop_slice", [0.002, math.inf], ids=["sliced", "unsliced-negative-control"])
+async def test_a_burst_of_watch_events_lets_reviews_in_between(loop_slice: float) -> None:
+    """50 events of 1 ms each arrive in one read: the reflector lets other tasks (reviews) run every
+    couple of milliseconds instead of holding the loop for all 50 ms (the negative control, with no
+    slice, holds it)."""
+    sink = _SlowSink()
+    reflector = Reflector(transport=_BurstTransport(50), resource=COOL_TYPE, sink=sink,  # type: ignore[arg-type]
+                          backoff=FAST, rng=random.Random(1), loop_slice=loop_slice)
+    seen: list[int] = []  # how many events were applied each time another task got to run
+
+    async def review_in_waiting() -> None:
+        while len(sink.objects) < 50:
+            seen.append(len(sink.objects))
+            await asyncio.sleep(0)
+
+    reflector.start()
+    try:
+        await asyncio.wait_for(review_in_waiting(), 10)
+    finally:
+        await reflector.stop()
+    between = [n for n in seen if 0 < n < 50]
+    if loop_slice == math.inf:
+        assert not between, seen
+    else:
+        assert len(set(between)) >= 5, seen  # ran at least every ~10 events, not once after all 50
 
 
 # --- syncing() and wait_changed(): what a CriticalService's CREATE waits for (server.DEFAULT_SYNC_WAIT) ---------

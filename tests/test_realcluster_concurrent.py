@@ -72,6 +72,7 @@ THREADS_PER_STORY_UP_TO = 16
 SOAK_WORKERS = 2  # stacks in flight at once during the soak
 RSS_GROWTH_LIMIT = 0.05
 DURATION = "criticalsvc_decision_duration_seconds"
+TAIL_PARTS = ("criticalsvc_cache_decision_duration_seconds", "criticalsvc_event_loop_lag_seconds")
 # What the status writer and leader election write or read: not on the decision path.
 BOOKKEEPING = frozenset({"leases", "events", "criticalservices/status"})
 
@@ -142,20 +143,20 @@ class Histogram:
     count: float
 
     @classmethod
-    def read(cls, gate: GateProcess) -> Histogram:
+    def read(cls, gate: GateProcess, metric: str = DURATION) -> Histogram:
         buckets: dict[float, float] = {}
         total = count = 0.0
         for line in gate.metrics().splitlines():
             head, _, value = line.rpartition(" ")
-            if head.startswith(f"{DURATION}_bucket{{"):
+            if head.startswith(f"{metric}_bucket{{"):
                 le = re.search(r'le="([^"]+)"', head)
                 assert le is not None, line
                 buckets[math.inf if le.group(1) == "+Inf" else float(le.group(1))] = float(value)
-            elif head == f"{DURATION}_sum":
+            elif head == f"{metric}_sum":
                 total = float(value)
-            elif head == f"{DURATION}_count":
+            elif head == f"{metric}_count":
                 count = float(value)
-        assert buckets, f"{DURATION} not in {gate.process.name}'s /metrics"
+        assert buckets, f"{metric} not in {gate.process.name}'s /metrics"
         return cls(buckets, total, count)
 
     def __sub__(self, other: Histogram) -> Histogram:
@@ -166,12 +167,12 @@ class Histogram:
         return Histogram({le: n + other.buckets.get(le, 0.0) for le, n in self.buckets.items()},
                          self.total + other.total, self.count + other.count)
 
-    def summary(self) -> str:
+    def summary(self, noun: str = "decisions") -> str:
         if not self.count:
-            return "no decisions"
+            return f"no {noun}"
         pairs = list(self.buckets.items())
         p50, p99 = (1000 * histogram_quantile(pairs, q) for q in (0.5, 0.99))
-        return (f"{self.count:.0f} decisions, mean {1000 * self.total / self.count:.2f} ms, "
+        return (f"{self.count:.0f} {noun}, mean {1000 * self.total / self.count:.2f} ms, "
                 f"p50 ~{p50:.2f} ms, p99 ~{p99:.2f} ms")
 
 
@@ -277,6 +278,8 @@ def test_concurrent_teardowns_complete_in_order(pair: RealCluster, logs_on_failu
         controllers = [SharedFinalizerController(shared_client, stories)]
     timeout = 60 + 3 * STACKS
     before = [Histogram.read(g) for g in pair.gate.replicas]
+    # The tail's parts (issue 21): decisions without a live confirmation round trip, and the event loop's lag.
+    before_parts = {m: [Histogram.read(g, m) for g in pair.gate.replicas] for m in TAIL_PARTS}
     wall_start = time.time()
     teardown_start = time.monotonic()
 
@@ -299,6 +302,8 @@ def test_concurrent_teardowns_complete_in_order(pair: RealCluster, logs_on_failu
         for controller in controllers:
             controller.stop()
     after = [Histogram.read(g) for g in pair.gate.replicas]
+    parts = {m: [Histogram.read(g, m) - b for g, b in zip(pair.gate.replicas, before_parts[m], strict=True)]
+             for m in TAIL_PARTS}
     time.sleep(1)  # the audit log is written as requests complete
     # The gate's requests received during the teardown: all since its start minus those since its end.
     # (Read in this order, the second read holds every line of the first.)
@@ -340,6 +345,9 @@ def test_concurrent_teardowns_complete_in_order(pair: RealCluster, logs_on_failu
     print(f"  gate decision latency (both replicas): {latency.summary()}")
     for gate, h in zip(pair.gate.replicas, per_replica, strict=True):
         print(f"    {gate.process.name}: {h.summary()}")
+    for metric, per in parts.items():
+        both = per[0] + per[1] if len(per) == 2 else per[0]
+        print(f"  {metric} (both replicas): {both.summary('samples')}")
 
     stuck = {s.story.suffix: [k for k in s.story.paths() if k not in s.observer.first_gone]
              for s in stacks if s.done != [True]}

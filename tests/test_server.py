@@ -332,8 +332,14 @@ async def test_confirm_that_agrees_keeps_the_allow(state: MemoryState, source: S
     """When the live read agrees, the deletion is allowed."""
     meet_criteria(state)
     confirm = RecordingConfirm(lambda r, d: d)
-    body = (await post_review(make_webhook(source, confirm=confirm), DELETE_PROVIDER)).json()
+    webhook = make_webhook(source, confirm=confirm)
+    body = (await post_review(webhook, DELETE_PROVIDER)).json()
     assert body["response"]["allowed"] is True and len(confirm.calls) == 1
+    # The confirmed answer waited for a round trip: it is a decision, but not one from the caches alone.
+    await post_review(webhook, review_of("unrelated"))  # nothing protects it: no confirmation
+    metrics = webhook.metrics.exposition()[0].decode()
+    assert metric_value(metrics, "criticalsvc_decision_duration_seconds_count") == 2
+    assert metric_value(metrics, "criticalsvc_cache_decision_duration_seconds_count") == 1
 
 
 async def test_confirm_raising_denies_saying_it_could_not_verify(state: MemoryState, source: StaticStateSource) -> None:

@@ -309,6 +309,9 @@ async def test_metrics_on_the_ops_port_count_served_decisions(pki: PKI, mtls_ser
         text = (await client.get(f"http://127.0.0.1:{mtls_server.ops_port}/metrics")).text
     assert ('criticalsvc_decisions_total{operation="DELETE",resource="deployments.apps",result="denied",'
             'rule="blocked"}') in text
+    # The event-loop lag probe runs in the serving process (every 20 ms since it started serving).
+    lag_count = next(line for line in text.splitlines() if line.startswith("criticalsvc_event_loop_lag_seconds_count"))
+    assert float(lag_count.split()[-1]) > 0, lag_count
 
 
 async def test_sighup_reloads_replaced_certificate_files(pki: PKI, tmp_path: Path) -> None:

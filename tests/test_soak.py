@@ -94,6 +94,19 @@ def test_rss_growth_skips_warm_up_and_compares_medians():
     assert soak.rss_growth([100, 200]) is None
 
 
+def test_rss_slope_fits_the_last_half_hour_in_percent_per_10_minutes():
+    # One sample a minute: 30 flat minutes, then +1,000 KiB (of ~100 MiB) every 10 minutes for 30 minutes.
+    flat = [102_400] * 30
+    rising = [102_400 + 100 * m for m in range(31)]
+    slope = soak.rss_slope(flat + rising, 60.0)
+    mean = sum(rising) / len(rising)
+    assert slope == pytest.approx(1000 / mean * 100, rel=1e-9)  # only the last 30 minutes count
+    assert soak.rss_slope(flat + flat, 60.0) == 0.0
+    falling = soak.rss_slope(rising[::-1], 60.0)
+    assert falling is not None and falling < 0
+    assert soak.rss_slope([100, 101], 60.0) is None
+
+
 def test_mix_keeps_its_proportions_in_every_block(mix):
     """Every stretch of sum(weights) requests carries each case exactly `weight` times."""
     block = sum(c.weight for c in mix)

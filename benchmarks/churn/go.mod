@@ -1,0 +1,3 @@
+module criticalsvc.io/benchmarks/churn
+
+go 1.24

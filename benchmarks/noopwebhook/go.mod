@@ -1,0 +1,3 @@
+module criticalsvc.io/benchmarks/noopwebhook
+
+go 1.24
