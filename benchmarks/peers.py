@@ -42,6 +42,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -116,8 +117,8 @@ def ensure_built(peer: Peer) -> Path | BuildFailure:
         peer.binary.parent.mkdir(parents=True, exist_ok=True)
         partial = peer.binary.with_name(f".{peer.name}.partial")
         command = peer.build_command(partial)
-        shown = f"cd {peer.module.relative_to(HERE.parent)} && {' '.join(command[:5])} '{command[5]}' " \
-                f"'{command[6]}' -trimpath '-ldflags=-s -w' -o {peer.binary} {peer.package}"
+        where = peer.module.relative_to(HERE.parent) if peer.module.is_relative_to(HERE.parent) else peer.module
+        shown = f"cd {shlex.quote(str(where))} && {shlex.join(peer.build_command(peer.binary))}"
         if go is None:
             return BuildFailure(shown, "no Go toolchain on PATH")
         env = dict(os.environ, PATH=f"{Path(go).parent}:{os.environ.get('PATH', '')}")
