@@ -489,6 +489,103 @@ class Crossplane(Tool):
                                        "resourceRef": {"name": name}}}}])
 
 
+def _policy(name: str, group: str, resource: str, operations: list[str], match: str, allowed: str,
+            message: str) -> dict[str, Any]:
+    """A Kyverno ValidatingPolicy: `operations` of `resource` for which `match` holds are denied unless `allowed`
+    (CEL; `oldObject` is the object deleted or updated, `resource.List` reads the cluster; its `items` are
+    typed `any`, which a comprehension refuses to range over without `dyn(...)`)."""
+    return {"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": name},
+            "spec": {"validationActions": ["Deny"],
+                     "matchConstraints": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["*"],
+                                                             "operations": operations, "resources": [resource]}]},
+                     "matchConditions": [{"name": "the-protected-object", "expression": match}],
+                     "validations": [{"expression": allowed, "message": message}]}}
+
+
+class Kyverno(Tool):
+    """Kyverno's admission controller outside the cluster (`--serverIP`): its CRDs from the module's config/crds/,
+    the `kyverno` namespace; it writes its own CA and serving pair into the two Secrets it is named and
+    registers its webhook configurations itself, pointed at https://SERVER_IP:PORT."""
+
+    name = "kyverno"
+
+    def __init__(self, binary: Path) -> None:
+        self.binary = binary
+        self.version = PEERS["kyverno"].version
+
+    def install(self, env: Env) -> None:
+        from tests.realcluster.controlplane import Process, free_port, poll
+
+        source = module_dir("github.com/kyverno/kyverno", self.version, PEERS["kyverno"].module)
+        for crd in sorted((source / "config" / "crds").rglob("*.yaml")):
+            done = env.kubectl("apply", "--server-side", "-f", str(crd))
+            if done.returncode != 0:
+                raise AssertionError(f"applying {crd.name}: {done.stderr.strip()}")
+        env.kubectl("create", "namespace", "kyverno")
+        port = free_port()
+        env.process = Process("kyverno", [
+            # HOST:PORT: the webhooks' URL is https://SERVER_IP/PATH (pkg/tls takes a port in it too).
+            str(self.binary), "--kubeconfig", str(env.plane.admin_kubeconfig), "--serverIP", f"127.0.0.1:{port}",
+            "--webhookServerPort", str(port), "--servicePort", str(port),
+            "--caSecretName", "kyverno-svc.kyverno.svc.kyverno-tls-ca",
+            "--tlsSecretName", "kyverno-svc.kyverno.svc.kyverno-tls-pair", "--admissionReports=false",
+            "--controllerRuntimeMetricsAddress", f"127.0.0.1:{free_port()}",
+        ], env.directory / "kyverno.log")
+        # What its Deployment's pod spec sets (it exits when INIT_CONFIG or METRICS_CONFIG is undefined).
+        variables = {"KYVERNO_NAMESPACE": "kyverno", "KYVERNO_SERVICEACCOUNT_NAME": "kyverno",
+                     "KYVERNO_DEPLOYMENT": "kyverno", "KYVERNO_POD_NAME": "kyverno-0", "INIT_CONFIG": "kyverno",
+                     "METRICS_CONFIG": "kyverno-metrics"}
+        os.environ.update(variables)
+        try:
+            env.process.start()
+        finally:
+            for key in variables:
+                del os.environ[key]
+        env.pid = env.process.popen.pid
+        poll(lambda: "kyverno-resource-validating-webhook-cfg" in env.kubectl(
+            "get", "validatingwebhookconfigurations", "-o", "name").stdout, timeout=180,
+             what="kyverno's webhook configurations", alive=env.process.check_alive, interval=0.5)
+
+    def prepare(self, env: Env, story: Any) -> None:
+        # The policy is installed apart from the bundle: in it, `kubectl delete -f` would delete it too.
+        deployment = next(d for d in story.objects if d["kind"] == "Deployment")["metadata"]
+        env.apply(_dump([_policy(
+            f"protect-{deployment['name']}", "apps", "deployments", ["DELETE"],
+            f"oldObject.metadata.namespace == '{deployment['namespace']}' && "
+            f"oldObject.metadata.name == '{deployment['name']}'",
+            f"dyn(resource.List('{story.group}/v1', 'coolresources', '').items).all(o, "
+            f"!has(o.metadata.finalizers) || !('{story.finalizer}' in o.metadata.finalizers))",
+            "custom resources still carry the finalizer this Deployment's controller removes")]))
+
+    def wait_protected(self, env: Env, story: Any) -> None:
+        from tests.realcluster.teardown import wait_for
+
+        wait_for(lambda: env.refused(story.deployment_path)[0], timeout=90,
+                 what="kyverno to protect the story's Deployment")
+
+    def namespace(self, namespace: str) -> str:
+        return _dump([_policy(
+            f"{namespace}-active-pods", "", "namespaces", ["DELETE"], f"oldObject.metadata.name == '{namespace}'",
+            f"dyn(resource.List('v1', 'pods', '{namespace}').items).all(p, "
+            "!(has(p.status.phase) && p.status.phase in ['Pending', 'Running']))",
+            "the namespace still has active Pods")])
+
+    def usage(self, cluster: str, release: str) -> str:
+        return _dump([_policy(
+            f"{cluster}-used-by-{release}", "compute.example.org", "clusters", ["DELETE"],
+            f"oldObject.metadata.name == '{cluster}'",
+            f"dyn(resource.List('helm.example.org/v1', 'releases', '').items).all(r, r.metadata.name != '{release}')",
+            f"the Release {release} still uses it")])
+
+    def lock(self, namespace: str, name: str) -> str:
+        return _dump([_policy(
+            f"lock-{namespace}-{name}", "", "configmaps", ["DELETE", "UPDATE"],
+            f"oldObject.metadata.namespace == '{namespace}' && oldObject.metadata.name == '{name}'",
+            f"dyn(resource.List('locking.example.com/v1', 'locks', '{namespace}').items)"
+            f".all(l, l.metadata.name != '{name}')",
+            "locked")])
+
+
 # --- scenarios ---------------------------------------------------------------------------------------
 
 def _check(results: list[dict[str, Any]], what: str, must: str, ok: bool, detail: str = "") -> None:
@@ -812,13 +909,10 @@ def make_tool(name: str) -> Tool | BuildFailure:
         tool = Criticalsvc()
         tool.version = tool.version_of()
         return tool
-    if name == "kyverno":  # not installed by this harness yet (design/peers.md, "Kyverno"): never build it here
-        state = "built" if PEERS[name].binary.exists() else "not built (`python -m benchmarks peers build`)"
-        return BuildFailure("", f"{state}; not installed by this harness yet")
     built = ensure_built(PEERS[name])
     if isinstance(built, BuildFailure):
         return built
-    return Crossplane(built)
+    return Crossplane(built) if name == "crossplane" else Kyverno(built)
 
 
 # --- the table ---------------------------------------------------------------------------------------
