@@ -508,6 +508,7 @@ class Kyverno(Tool):
     registers its webhook configurations itself, pointed at https://SERVER_IP:PORT."""
 
     name = "kyverno"
+    refusal = "400"  # measured: "denied the request: Policy ... failed"
 
     def __init__(self, binary: Path) -> None:
         self.binary = binary
