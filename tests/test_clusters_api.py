@@ -92,7 +92,7 @@ def test_kubectl_get_prints_the_servers_columns_for_built_ins(cluster: Backend, 
     assert single["metadata"]["resourceVersion"] == row["object"]["metadata"]["resourceVersion"]
     assert _kinds(table(f"/apis/apps/v1/namespaces/{namespace}/deployments")["columnDefinitions"]) == DEPLOYMENT_COLUMNS
     deployments = table(f"/apis/apps/v1/namespaces/{namespace}/deployments")["rows"]
-    assert [r["cells"][:2] for r in deployments] == [["web", "0/2"]]
+    assert [r["cells"][:2] for r in deployments] == [["web", ready]]
     assert deployments[0]["cells"][5:] == ["web", "registry.example.com/web:1", "app=web"]
     # Kubernetes 1.34 printed CRDs as Name/Created At only; the stand-in imitates the default, 1.37.
     crd_columns = CRD_COLUMNS_1_34 if cluster.name == "real" and build.selected_minor() == "1.34" else CRD_COLUMNS
