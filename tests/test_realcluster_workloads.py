@@ -202,7 +202,7 @@ def test_conditions_example_a_jobs_succeeded_pod_stops_counting_and_running_pods
                 "deployments.apps batch/ingest in namespace batch still exists", "batch/report-2",
                 *(f"batch/{name}" for name in ingest)))
 
-        wait_for(refused_for_the_running_ones, timeout=60,
+        wait_for(refused_for_the_running_ones, timeout=120,
                  what="job-broker to be refused for report-2, ingest and ingest's pods")
         answer = _refusal(realcluster, "deployment", "job-broker", "-n", "broker")
         assert finished["metadata"]["name"] not in answer and "archiver" not in answer, answer
@@ -247,7 +247,7 @@ def test_openkruise_example_bound_claim_and_running_pods_hold_the_namespace(real
             return "CriticalService kruise-demo-cascading" in answer and all(
                 n in answer for n in (f"{ns}/data", f"{ns}/{worker['metadata']['name']}"))
 
-        wait_for(refused_for_claim_and_pod, timeout=60, what="the namespace to be refused for the claim and the pod")
+        wait_for(refused_for_claim_and_pod, timeout=120, what="the namespace to be refused for the claim and the pod")
 
         ok(realcluster.kubectl("delete", "pvc", "data", "-n", ns, "--wait=false"))
         wait_for(lambda: not realcluster.admin.exists(claim_path), timeout=60,
