@@ -1,4 +1,4 @@
-"""Sessions: tests (the default CI run), scenarios (big property profile), lint, typecheck, bench."""
+"""Sessions: tests (the default CI run), scenarios (big property profile), mutants, lint, typecheck, bench."""
 
 import os
 import shutil
@@ -43,6 +43,14 @@ def scenarios(session: nox.Session) -> None:
     profile = "big" if "--big" in session.posargs else "ci"
     args = [a for a in session.posargs if a != "--big"]
     session.run("pytest", "tests/test_scenarios.py", *args, env={"HYPOTHESIS_PROFILE": profile})
+
+
+@nox.session
+def mutants(session: nox.Session) -> None:
+    """One-line mutants of the safety checks, each of which the non-realcluster tests must catch
+    (tests/mutants.py; `-- --list`, or `-- NAME...` for some). Not part of the default run."""
+    _install(session)
+    session.run("python", "-m", "tests.mutants", *session.posargs)
 
 
 @nox.session

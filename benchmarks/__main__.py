@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 # Modules here that are helpers, not benchmarks.
-NOT_BENCHMARKS = frozenset({"report", "replay_real"})  # replay_real: `replay --real`
+NOT_BENCHMARKS = frozenset({"report", "replay_real", "replay_cases"})  # replay_real: `replay --real`
 # The order `all` runs them in: the load test first, on a quiet machine.
 ORDER = ("latency", "scale", "coldstart", "teardown")
 

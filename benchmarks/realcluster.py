@@ -15,7 +15,7 @@ installed as a user installs it, then measures three things:
    gate's webhooks (count, mean, and p50/p99 estimated from the histogram buckets as Prometheus'
    histogram_quantile does), read from kube-apiserver's /metrics.
 3. The reference story's teardown wall time: applied, then deleted all at once by the
-   ManifestWork-style retrying client (0.5 s between passes) with the test finalizer controller,
+   repeating client (every refused DELETE re-sent, 0.5 s between passes) with the test finalizer controller,
    from the first DELETE until every object is gone; plus how many DELETEs the gate refused.
 """
 
@@ -129,7 +129,7 @@ def _set_gate(cluster: Any, saved: dict[str, Any], *, registered: bool, probe: s
 def run(objects: int, rounds: int) -> dict[str, Any]:
     from tests.realcluster import build
     from tests.realcluster.cluster import real_cluster
-    from tests.realcluster.teardown import FinalizerController, RetryingDeleter, Story, apply_story
+    from tests.realcluster.teardown import FinalizerController, RepeatingDeleter, Story, apply_story
 
     reason = build.missing_toolchain() if build.cached(build.selected_minor()) is None else None
     if reason is not None:
@@ -161,7 +161,7 @@ def run(objects: int, rounds: int) -> dict[str, Any]:
         controller = FinalizerController(client, deployment_path=story.deployment_path,
                                          crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
         controller.start()
-        deleter = RetryingDeleter(client, story.paths())
+        deleter = RepeatingDeleter(client, story.paths())
         started = time.perf_counter()
         finished = deleter.run(timeout=180)
         wall = time.perf_counter() - started

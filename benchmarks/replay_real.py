@@ -15,7 +15,10 @@ The deleters are the simulator's (criticalsvc/sim/clients.py), played for real:
                    moment a dry run passes (the oracle: its teardown time is the critical path)
     kubectl        `kubectl delete -f - --ignore-not-found --wait=false`, once
     kubectl-rerun  the same, re-run 30 s after each run that did not exit 0
-    manifestwork   everything at once (Foreground, as the OCM work agent), each refusal retried 50 ms·2ⁿ ≤ 60 s
+    manifestwork   the Open Cluster Management work agent's deletion path (tests/realcluster/manifestwork.py,
+                   on the work CRDs of open-cluster-management.io/api): the story applied as a ManifestWork,
+                   then the ManifestWork deleted; the agent's one pass of DELETEs (Background, refusals
+                   dropped), and kube-controller-manager's garbage collector deleting what was refused
     namespace      the story's namespaces and what lies outside them (the CRD, the CriticalService),
                    retried the same way; the namespace controller deletes the content
     gc-*           one DELETE of the root ClusterRole owning the whole story (blockOwnerDeletion) with that
@@ -28,15 +31,18 @@ no object appeared, vanished or changed its deletion state: only the controllers
 and within QUIET they would have. The garbage collector never counts as done (its backoff grows to
 1000 s), so gc cases only stop at the cap.
 
-Refusals are the 403 answers the deleter got; for gc, the gate's log lines for refused DELETEs of the
-story's objects by anyone but the gate itself (the garbage collector; tests/realcluster runs it with the
-admin's credentials, so its user does not tell it apart). Replays are the gate's "deletion
-replayed" log lines for the story's objects. The ideal is measured once per run (on the story without
-an owner, as the gc bundle's ideal too: the root goes the moment its dependents are gone) and each
-case's ratio divides by the ideal of its run - for manifestwork, which deletes Foreground, by an ideal
-that deletes Foreground too: on a real API server a CR deleted Foreground is gone only once the garbage
-collector has removed its foregroundDeletion finalizer, and the CRD's cleanup then sees it at its next
-5 s poll, a cost of the policy that no deletion order can save.
+Refusals are the 403 answers the deleter got; for gc and manifestwork, the gate's log lines for refused
+DELETEs of the story's objects by anyone but the gate itself (the garbage collector's too;
+tests/realcluster runs it with the admin's credentials, so its user does not tell it apart). Replays
+are the gate's "deletion replayed" log lines for the story's objects. The ideal is measured once per
+run (on the story without an owner, as the gc bundle's ideal too: the root goes the moment its
+dependents are gone) and each case's ratio divides by the ideal of its run. For manifestwork the
+makespan runs from the user's DELETE of the ManifestWork until the story, the ManifestWork and the
+AppliedManifestWork are gone.
+
+A second table repeats the ideal and manifestwork with a slow finalizer: each CR's finalizer is removed
+SLOW_REAL seconds after the CR was marked for deletion (a cloud resource's cleanup), so the agent's wait
+for what it deleted (50 ms doubling to 60 s) grows meanwhile.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ import attrs
 import httpx
 import yaml
 
-from benchmarks.replay import CASES, ROOT_OWNER, render
+from benchmarks.replay_cases import CASES, ROOT_OWNER, render
 from criticalsvc.backoff import Backoff
 
 CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
@@ -75,7 +81,9 @@ RERUN = 30.0  # kubectl-rerun: the person's patience between runs, as in the sim
 # apiextensions-apiserver pkg/controller/finalizer/crd_finalizer.go; a namespace's finalization).
 QUIET = 30.0
 STUCK_CAP = 300.0
-RETRY = Backoff(initial=0.05, maximum=60.0)  # the OCM work agent's requeue of a failed deletion
+RETRY = Backoff(initial=0.05, maximum=60.0)  # the namespace deleter's requeue of a refused deletion
+SLOW_REAL = 15.0  # the slow-finalizer table: seconds from a CR's deletion until its finalizer is removed
+SLOW_CASES = (("manifestwork", False), ("manifestwork", True))
 
 
 # --- deleters -------------------------------------------------------------------------------------------
@@ -167,8 +175,8 @@ class KubectlDeleter(Deleter):
 
 class BackoffDeleter(Deleter):
     """Sends a DELETE for every path at once and retries each refused one on its own exponential backoff
-    (RETRY), as the OCM work agent requeues a deletion that failed. An object whose DELETE was accepted
-    (or is not found) is left to the API server and the controllers."""
+    (RETRY), as a tenant-removal controller does. An object whose DELETE was accepted (or is not found)
+    is left to the API server and the controllers."""
 
     def __init__(self, client: Any, paths: dict[str, str], *, propagation: str) -> None:
         super().__init__("backoff-deleter")
@@ -191,6 +199,25 @@ class BackoffDeleter(Deleter):
                 failures[key] += 1
                 heapq.heappush(due, (time.monotonic() + RETRY.delay(failures[key]), key))
         self.done = True
+
+
+class ManifestWorkDeleter(Deleter):
+    """The user's DELETE of the ManifestWork and the agent's finalize controllers until it is gone
+    (tests/realcluster/manifestwork.py Teardown, run in this thread). The garbage collector deletes what
+    the agent was refused, and keeps retrying, so this deleter is never `done`."""
+
+    def __init__(self, client: Any, applied: Any) -> None:
+        super().__init__("manifestwork")
+        self.client, self.applied = client, applied
+        self.teardown: Any = None
+
+    def work(self) -> None:
+        from tests.realcluster.manifestwork import Teardown
+
+        self.teardown = Teardown(self.client, self.applied)
+        self.teardown.stopping = self.stopping
+        self.first_delete = time.time()
+        self.teardown.run()
 
 
 class RootDeleter(Deleter):
@@ -233,13 +260,14 @@ class Bundle:
 
     story: Any  # tests.realcluster.teardown.Story
     root: str | None = None
+    extra: tuple[tuple[str, str], ...] = ()  # (key, path) of objects beside the story's: the ManifestWork's
 
     @property
     def root_path(self) -> str | None:
         return f"{CLUSTER_ROLES}/{self.root}" if self.root else None
 
     def paths(self) -> dict[str, str]:
-        paths: dict[str, str] = self.story.paths()
+        paths: dict[str, str] = self.story.paths() | dict(self.extra)
         return paths | ({f"ClusterRole/{self.root}": f"{CLUSTER_ROLES}/{self.root}"} if self.root else {})
 
     def namespace_targets(self) -> dict[str, str]:
@@ -325,13 +353,50 @@ def _state(client: Any, paths: dict[str, str]) -> dict[str, tuple[bool, tuple[st
     return found
 
 
-def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter) -> Outcome:
+class SlowFinalizerController(threading.Thread):
+    """The provider's finalizer work taking `delay` s: while the Deployment exists, removes the finalizer of
+    each CR `delay` s after the CR's deletionTimestamp."""
+
+    def __init__(self, client: Any, story: Any, delay: float) -> None:
+        super().__init__(daemon=True, name="slow-finalizer-controller")
+        self.client, self.story, self.delay = client, story, delay
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        crs = f"/apis/{self.story.group}/v1/coolresources"
+        while not self.stopping.wait(0.2):
+            try:
+                if not self.client.exists(self.story.deployment_path):
+                    continue
+                for item in (self.client.get(crs) or {}).get("items", []):
+                    meta = item["metadata"]
+                    stamp = meta.get("deletionTimestamp")
+                    if not stamp or self.story.finalizer not in (meta.get("finalizers") or []):
+                        continue
+                    since = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+                    if time.time() - since >= self.delay:
+                        kept = [f for f in meta["finalizers"] if f != self.story.finalizer]
+                        self.client.json_patch(f"{crs.rsplit('/coolresources', 1)[0]}/namespaces/{meta['namespace']}"
+                                               f"/coolresources/{meta['name']}", [
+                            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+                            {"op": "replace", "path": "/metadata/finalizers", "value": kept}])
+            except Exception:  # a controller keeps going through API errors
+                continue
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(10)
+
+
+def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, finalizer_delay: float = 0.0) -> Outcome:
     """Run `deleter` with the story's finalizer controller until everything is gone or it is stuck."""
     from tests.realcluster.teardown import FinalizerController
 
     story, paths = bundle.story, bundle.paths()
-    controller = FinalizerController(cluster.admin, deployment_path=story.deployment_path,
-                                     crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
+    controller: Any = (SlowFinalizerController(cluster.admin, story, finalizer_delay) if finalizer_delay else
+                       FinalizerController(cluster.admin, deployment_path=story.deployment_path,
+                                           crs_path=f"/apis/{story.group}/v1/coolresources",
+                                           finalizer=story.finalizer))
     controller.start()
     log.mark()
     gone_at: dict[str, float] = {}
@@ -369,7 +434,8 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter) -> Out
     for entry in log.since_mark():
         if entry.get("event") == "deletion replayed" and str(entry.get("object", "")).endswith(suffix):
             replayed += 1
-        elif (isinstance(deleter, RootDeleter) and entry.get("event") == "decision" and entry.get("result") == "denied"
+        elif (isinstance(deleter, (RootDeleter, ManifestWorkDeleter)) and entry.get("event") == "decision"
+              and entry.get("result") == "denied"
               and entry.get("operation") == "DELETE" and not entry.get("dry_run")
               and str(entry.get("name", "")).endswith(suffix)
               and not str(entry.get("user", "")).startswith(GATE_USERS)):
@@ -387,22 +453,38 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter) -> Out
 
 def cleanup(cluster: Any, bundle: Bundle) -> list[str]:
     """Delete whatever the case left (the finalizer controller still running); the keys still there."""
-    from tests.realcluster.teardown import RetryingDeleter
+    from tests.realcluster.teardown import RepeatingDeleter
 
     left = {k: p for k, p in bundle.paths().items() if cluster.admin.exists(p)}
+    for key, path in left.items():
+        if key in dict(bundle.extra):  # the agent's finalizers: nobody else removes them
+            cluster.admin.merge_patch(path, {"metadata": {"finalizers": None}})
     if left:
-        RetryingDeleter(cluster.admin, left).run(timeout=120)
+        RepeatingDeleter(cluster.admin, left).run(timeout=120)
     cluster.kubectl("delete", "clusterrole", f"criticalsvc-read-{bundle.story.group}", "--ignore-not-found")
     return [k for k, p in left.items() if cluster.admin.exists(p)]
 
 
-def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: str) -> Outcome:
+def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: str,
+             finalizer_delay: float = 0.0) -> Outcome:
+    from tests.realcluster.manifestwork import ManifestWorkAgent
     from tests.realcluster.teardown import apply_story, wait_for
 
     owned = deleter.startswith("gc-")
     bundle = make_bundle(cluster, suffix, replay=replay, owned=owned)
     story = bundle.story
-    apply_story(cluster.kubectl, cluster.admin, story)
+    applied = None
+    if deleter == "manifestwork":
+        done = cluster.kubectl("apply", "-f", "-", input=story.reader_role())
+        if done.returncode != 0:
+            raise AssertionError(f"applying the reader role: {done.stderr}")
+        applied = ManifestWorkAgent(cluster.admin).apply(f"story-{suffix}", story.objects)
+        bundle = attrs.evolve(bundle, extra=(("ManifestWork", applied.path),
+                                             ("AppliedManifestWork", applied.applied_path)))
+        wait_for(lambda: cluster.admin.delete(story.deployment_path, params={"dryRun": "All"}).status_code == 403,
+                 timeout=60, what=f"the gate to protect {story.deployment_path}")
+    else:
+        apply_story(cluster.kubectl, cluster.admin, story)
     if replay:
         wait_for(lambda: _replay_permitted(cluster.admin, story.critical_service), timeout=60,
                  what=f"{story.critical_service}: ReplayPermitted=True")
@@ -414,14 +496,14 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
     elif deleter in ("kubectl", "kubectl-rerun"):
         running = KubectlDeleter(cluster.kubectl, story.text, repeat=RERUN if deleter == "kubectl-rerun" else None)
     elif deleter == "manifestwork":
-        running = BackoffDeleter(client, story.paths(), propagation="Foreground")
+        running = ManifestWorkDeleter(client, applied)
     elif deleter == "namespace":
         running = BackoffDeleter(client, bundle.namespace_targets(), propagation="Background")
     elif owned and bundle.root_path is not None:
         running = RootDeleter(client, bundle.root_path, propagation=deleter.removeprefix("gc-").capitalize())
     else:
         raise ValueError(f"no deleter {deleter!r}")
-    return measure(cluster, log, bundle, running)
+    return measure(cluster, log, bundle, running, finalizer_delay=finalizer_delay)
 
 
 # --- the table -----------------------------------------------------------------------------------------
@@ -435,15 +517,19 @@ def run(runs: int = 1) -> dict[str, Any]:
         return {"skipped": reason}
     binaries = build.ensure_built(build.selected_minor())
     ideal: list[float] = []
-    ideal_foreground: list[float] = []  # the yardstick of the Foreground deleter (manifestwork)
+    ideal_slow: list[float] = []
     ideal_outcomes: list[Outcome] = []
     outcomes: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in CASES}
+    slow: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in SLOW_CASES}
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp, real_cluster(binaries, Path(tmp)) as cluster:
+        from tests.realcluster import ocmcrds
+        from tests.realcluster.manifestwork import ManifestWorkAgent
         from tests.realcluster.teardown import replay_grant
 
         done = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(replay_grant()))
         if done.returncode != 0:
             raise AssertionError(f"applying the replay grant: {done.stderr}")
+        ManifestWorkAgent(cluster.admin).install_crds(cluster.kubectl, [p.read_text() for p in ocmcrds.ensure_crds()])
         log = GateLog(cluster.gate.replicas[0].process.log_path)
         for r in range(runs):
             base = run_case(cluster, log, "ideal", replay=False, suffix=f"ideal-{r}")
@@ -452,23 +538,33 @@ def run(runs: int = 1) -> dict[str, Any]:
             ideal.append(base.makespan)
             ideal_outcomes.append(base)
             _progress(f"run {r + 1}/{runs} ideal", base, base.makespan)
-            foreground = run_case(cluster, log, "ideal-foreground", replay=False, suffix=f"idealfg-{r}")
-            if foreground.makespan is None:
-                raise AssertionError(f"the Foreground ideal teardown did not complete: {foreground.why}")
-            ideal_foreground.append(foreground.makespan)
-            _progress(f"run {r + 1}/{runs} ideal (Foreground)", foreground, foreground.makespan)
             for deleter, replay in CASES:
                 outcome = run_case(cluster, log, deleter, replay=replay,
                                    suffix=f"{deleter}-{'on' if replay else 'off'}-{r}")
                 outcomes[deleter, replay].append(outcome)
-                yardstick = foreground.makespan if deleter == "manifestwork" else base.makespan
-                _progress(f"run {r + 1}/{runs} {deleter} replay {'on' if replay else 'off'}", outcome, yardstick)
+                _progress(f"run {r + 1}/{runs} {deleter} replay {'on' if replay else 'off'}", outcome, base.makespan)
+            base_slow = run_case(cluster, log, "ideal", replay=False, suffix=f"ideal-slow-{r}",
+                                 finalizer_delay=SLOW_REAL)
+            if base_slow.makespan is None:
+                raise AssertionError(f"the ideal teardown with a slow finalizer did not complete: {base_slow.why}")
+            ideal_slow.append(base_slow.makespan)
+            _progress(f"run {r + 1}/{runs} ideal, slow finalizer", base_slow, base_slow.makespan)
+            for deleter, replay in SLOW_CASES:
+                outcome = run_case(cluster, log, deleter, replay=replay, finalizer_delay=SLOW_REAL,
+                                   suffix=f"{deleter}-slow-{'on' if replay else 'off'}-{r}")
+                slow[deleter, replay].append(outcome)
+                _progress(f"run {r + 1}/{runs} {deleter} replay {'on' if replay else 'off'}, slow finalizer",
+                          outcome, base_slow.makespan)
     # Beside the table's rows: per case and run, why it was stuck and when each object was seen gone.
     details = {f"{d} replay {'on' if r else 'off'}": [({"stuck": o.why} if o.why else {}) | {"goneAfter": o.gone}
                                                      for o in outcomes[d, r]] for d, r in CASES}
-    rows = [_row(case, outcomes[case], ideal_foreground if case[0] == "manifestwork" else ideal) for case in CASES]
-    return {"kubernetes": binaries.kubernetes_version, "rows": rows, "idealForegroundSeconds": ideal_foreground,
-            "ideal": [{"goneAfter": o.gone} for o in ideal_outcomes], "cases": details}
+    details |= {f"{d} replay {'on' if r else 'off'}, slow finalizer": [
+        ({"stuck": o.why} if o.why else {}) | {"goneAfter": o.gone} for o in slow[d, r]] for d, r in SLOW_CASES}
+    rows = [_row(case, outcomes[case], ideal) for case in CASES]
+    slow_rows = [_row(case, slow[case], ideal_slow) for case in SLOW_CASES]
+    return {"kubernetes": binaries.kubernetes_version, "rows": rows, "slowRows": slow_rows,
+            "slowFinalizerSeconds": SLOW_REAL, "ideal": [{"goneAfter": o.gone} for o in ideal_outcomes],
+            "cases": details}
 
 
 def _row(case: tuple[str, bool], outcomes: list[Outcome], ideal: list[float]) -> dict[str, Any]:
@@ -506,6 +602,7 @@ def main(argv: list[str]) -> int:
         print(f"real control plane: skipped ({result['skipped']})")
     else:
         print(render(result["rows"], "Real control plane (wall time), reference story:"))
+        print(render(result["slowRows"], f"The same, a slow finalizer ({SLOW_REAL:g} s per CR):"))
     if args.json:
         print(json.dumps(result))
     return 0

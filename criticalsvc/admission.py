@@ -14,39 +14,12 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
-import attrs
-
-from .api import NAMESPACES, GroupResource, ObjectRef
+from .api import GroupResource
 from .errors import MalformedReview
+from .request import AdmissionRequest as AdmissionRequest  # its home; importable from here as before
 
-if TYPE_CHECKING:  # decision builds on this module: the request is the wire's, the Decision the rules'
+if TYPE_CHECKING:  # the wire format renders the rules' Decision; the rules never read the wire (.importlinter)
     from .decision import Decision
-
-@attrs.frozen
-class AdmissionRequest:
-    """The parts of an AdmissionReview request the rules read: what parse_review decodes and render_review
-    encodes."""
-
-    uid: str
-    group_resource: GroupResource
-    operation: str
-    name: str
-    namespace: str
-    object: Mapping[str, Any] | None = None
-    old_object: Mapping[str, Any] | None = None
-    sub_resource: str = ""
-    kind: str = ""
-    dry_run: bool = False
-    username: str = ""
-    # DELETE only: options.propagationPolicy as sent (None: the type's default); a replay re-uses it.
-    propagation_policy: str | None = None
-
-    @property
-    def ref(self) -> ObjectRef:
-        # For a Namespace the request's `namespace` is its own name; the object is cluster-scoped.
-        namespace = "" if self.group_resource == NAMESPACES else self.namespace
-        return ObjectRef(self.group_resource, namespace, self.name)
-
 
 API_VERSION = "admission.k8s.io/v1"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")

@@ -15,15 +15,13 @@ condition excluded and which named objects it failed on; `excluded_objects` name
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from itertools import islice
-from typing import Any
 
 import attrs
 
 from .api import (
     Criterion,
-    CriticalService,
     FinalizerCriterion,
     GroupResource,
     ObjectRef,
@@ -31,7 +29,14 @@ from .api import (
     SpecificResourceCriterion,
 )
 from .condition import Condition
-from .objects import KubeObject, evaluate_all, project
+from .objects import KubeObject
+
+# What a state needs to project objects lives below the rules (snapshot and the caches build states with it);
+# these names stay importable from here for the rules' callers.
+from .projection import candidate
+from .projection import conditioned_criteria as conditioned_criteria
+from .projection import named_resource as named_resource
+from .projection import project_for as project_for
 from .state import ClusterState
 
 # How many blocking objects a message names; the count is always exact.
@@ -75,10 +80,6 @@ class Verdict:
         if self.count == 1:
             return f"{gr} {first}{where}{sel} still exists"
         return f"{gr}{where}{sel} still exist ({more})"
-
-
-def named_resource(c: Criterion) -> GroupResource:
-    return c.target.group_resource if isinstance(c, SpecificResourceCriterion) else c.group_resource
 
 
 def evaluate(criterion: Criterion, state: ClusterState) -> Verdict:
@@ -157,46 +158,12 @@ def counts(criterion: Criterion, obj: KubeObject) -> bool:
     return criterion.condition is None or obj.outcome(criterion.condition) is not False
 
 
-def conditioned_criteria(services: Iterable[CriticalService],
-                         state: ClusterState) -> dict[GroupResource, frozenset[Criterion]]:
-    """The criteria of `services` that carry a condition, by the (served) group/resource they are about:
-    what a state needs to evaluate as objects of that type enter it (`project_for`)."""
-    found: dict[GroupResource, set[Criterion]] = {}
-    for cs in services:
-        for c in cs.criteria:
-            if c.condition is not None:
-                gr = state.resolve(named_resource(c))
-                if gr is not None:
-                    found.setdefault(gr, set()).add(c)
-    return {gr: frozenset(conditioned) for gr, conditioned in found.items()}
-
-
-def project_for(obj: Mapping[str, Any], gr: GroupResource, conditioned: Collection[Criterion]) -> KubeObject:
-    """`project(obj, gr)` with the outcome of each condition of `conditioned` whose criterion the object
-    is a candidate of - the only outcomes a decision can ask of it. A condition over one namespace's
-    Pods is thus evaluated on those Pods, not on every Pod of the cluster the cache holds (~120 µs each)."""
-    slim = project(obj, gr)
-    wanted = {c.condition for c in conditioned if c.condition is not None and _candidate(c, slim)}
-    return attrs.evolve(slim, outcomes=evaluate_all(wanted, obj)) if wanted else slim
-
-
-def _candidate(criterion: Criterion, obj: KubeObject) -> bool:
-    """Is `obj` (of the criterion's type) one of the objects the criterion looks at, condition aside?"""
-    if isinstance(criterion, SpecificResourceCriterion):
-        return (criterion.target.namespace, criterion.target.name) == (obj.namespace, obj.name)
-    if isinstance(criterion, FinalizerCriterion):
-        return criterion.finalizer_name in obj.finalizers
-    if criterion.namespace is not None and criterion.namespace != obj.namespace:
-        return False
-    return criterion.selector.matches(obj.labels)
-
-
 def covers(criterion: Criterion, obj: KubeObject, state: ClusterState) -> bool:
     """Is `obj` one of the objects that must be gone for `criterion` to hold?"""
     gr = state.resolve(named_resource(criterion))
     if gr is None or gr != obj.group_resource or not counts(criterion, obj):
         return False
-    return _candidate(criterion, obj)
+    return candidate(criterion, obj)
 
 
 def criterion_namespace(criterion: Criterion) -> str | None:

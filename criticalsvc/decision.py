@@ -46,7 +46,6 @@ from typing import Any
 import attrs
 
 from . import criteria, nsorder, updates
-from .admission import AdmissionRequest
 from .api import (
     BREAK_GLASS_ANNOTATION,
     CRD_NAME,
@@ -66,10 +65,11 @@ from .api import (
     ScaleToZero,
     parse_critical_service,
 )
-from .errors import DependencyCycle, InvalidSpec, StateUnavailable
+from .errors import UNVERIFIED, DependencyCycle, InvalidSpec, StateUnavailable
 from .objects import KubeObject
+from .request import AdmissionRequest
+from .routing import not_routed
 from .state import ClusterState, provider_objects
-from .status import not_routed
 
 # Messages end up on a terminal after the API server's prefix; Kubernetes has no hard limit, but a
 # wall of text helps nobody, so the message is capped and says how much it left out.
@@ -148,7 +148,7 @@ def decide(request: AdmissionRequest, state: ClusterState, *, manages_routes: bo
     except StateUnavailable as exc:
         return deny(
             Rule.UNVERIFIABLE,
-            f"criticalsvc could not verify the cluster state, so it does not allow this yet: {exc}",
+            f"{UNVERIFIED}: {exc}",
             protected=True,
         )
 
@@ -408,7 +408,12 @@ def _spec_warnings(cs: CriticalService, state: ClusterState, manages_routes: boo
         named = criteria.named_resource(c)
         if state.resolve(named) is None:
             out.append(f"spec.criteria[{i}]: {named} is not served (yet); the criterion holds until it is")
-    out += _namespace_warnings(cs, state)
+    try:
+        out += _namespace_warnings(cs, state)
+    except StateUnavailable as exc:
+        # Advice, not a verdict: another CriticalService's unreadable type must not refuse this one's CREATE.
+        out.append(f"spec.provider: the order in which namespace {cs.provider.namespace} empties could not be "
+                   f"checked: {exc}")
     return out
 
 

@@ -17,6 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+# How the webhook's denial begins when the state cannot answer (decision.decide), and the status's Blocking
+# message then (status.compute_status): one sentence, so the two say the same thing.
+UNVERIFIED = "criticalsvc could not verify the cluster state, so it does not allow this yet"
+
 
 class CriticalsvcError(Exception):
     """Base class of every error criticalsvc raises on purpose."""

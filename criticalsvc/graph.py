@@ -46,7 +46,7 @@ from .api import (
     ProviderSelector,
     ResourcesCriterion,
 )
-from .errors import DependencyCycle
+from .errors import DependencyCycle, StateUnavailable
 from .labels import LabelSelector, may_overlap
 from .objects import KubeObject
 from .state import ClusterState
@@ -55,11 +55,27 @@ from .state import ClusterState
 _CLUSTER_SCOPED = frozenset({NAMESPACES, CRDS, CRITICAL_SERVICES})
 
 
-def _teardown_set(cs: CriticalService, state: ClusterState) -> list[tuple[KubeObject | ProviderSelector, str]]:
+@attrs.frozen
+class _Unread:
+    """A named provider whose type the state cannot read now (403, not synced): its labels and finalizers are
+    unknown, so a criterion that could cover it adds an edge marked `unverified` with the reason."""
+
+    ref: ObjectRef
+    why: str
+
+    @property
+    def group_resource(self) -> GroupResource:
+        return self.ref.group_resource
+
+
+_Member = KubeObject | ProviderSelector | _Unread
+
+
+def _teardown_set(cs: CriticalService, state: ClusterState) -> list[tuple[_Member, str]]:
     """What goes away as part of tearing `cs` down, each with the word used in messages; a set a provider
-    selector may select is a (resolved) ProviderSelector."""
+    selector may select is a (resolved) ProviderSelector, a provider that cannot be read an _Unread."""
     gr = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
-    out: list[tuple[KubeObject | ProviderSelector, str]] = []
+    out: list[tuple[_Member, str]] = []
     namespace = cs.provider.namespace
     if isinstance(cs.provider, ProviderSelector):
         out.append((attrs.evolve(cs.provider, group_resource=gr), f"its provider set ({cs.provider})"))
@@ -68,7 +84,13 @@ def _teardown_set(cs: CriticalService, state: ClusterState) -> list[tuple[KubeOb
                         "live in"))
     else:
         ref = attrs.evolve(cs.provider, group_resource=gr)
-        out.append((state.get(ref) or KubeObject(gr, ref.namespace, ref.name), f"its provider {ref}"))
+        try:
+            provider: _Member = state.get(ref) or KubeObject(gr, ref.namespace, ref.name)
+        except StateUnavailable as exc:
+            # Another team's missing grant must not refuse every CriticalService's CREATE: only a cycle that
+            # needs this provider's labels is unknowable (check_no_cycle).
+            provider = _Unread(ref, str(exc))
+        out.append((provider, f"its provider {ref}"))
     out.append((KubeObject(CRITICAL_SERVICES, "", cs.name, labels=cs.labels), f"CriticalService {cs.name}"))
     if namespace:
         ns_ref = ObjectRef(NAMESPACES, "", namespace)
@@ -91,11 +113,21 @@ def _may_cover(criterion: Criterion, members: ProviderSelector, state: ClusterSt
     return not isinstance(criterion, ResourcesCriterion) or may_overlap(criterion.selector, members.selector)
 
 
+def _may_cover_unread(criterion: Criterion, unread: _Unread) -> bool:
+    """May `criterion` cover the provider `unread` whatever its labels and finalizers (its type matches)?"""
+    if isinstance(criterion, ResourcesCriterion):
+        return criterion.namespace is None or criterion.namespace == unread.ref.namespace
+    if isinstance(criterion, FinalizerCriterion):
+        return True
+    return (criterion.target.namespace, criterion.target.name) == (unread.ref.namespace, unread.ref.name)
+
+
 def service_graph(services: Iterable[CriticalService], state: ClusterState) -> nx.DiGraph:
-    """CriticalService-level graph; edge B -> A carries `why` (which criterion covers what)."""
+    """CriticalService-level graph; edge B -> A carries `why` (which criterion covers what), and `unverified`
+    (the reason) when it rests on a provider the state cannot read now: such an edge may not exist."""
     services = list(services)
     graph = nx.DiGraph()
-    by_gr: dict[GroupResource, list[tuple[KubeObject | ProviderSelector, str, str]]] = defaultdict(list)
+    by_gr: dict[GroupResource, list[tuple[_Member, str, str]]] = defaultdict(list)
     for b in services:
         graph.add_node(b.name)
         for obj, word in _teardown_set(b, state):
@@ -106,15 +138,25 @@ def service_graph(services: Iterable[CriticalService], state: ClusterState) -> n
             if gr is None:
                 continue
             for obj, word, b_name in by_gr.get(gr, ()):
-                if graph.has_edge(b_name, a.name):
+                if graph.has_edge(b_name, a.name) and "unverified" not in graph.edges[b_name, a.name]:
                     continue
-                if isinstance(obj, ProviderSelector):
-                    if _may_cover(criterion, obj, state):
+                if isinstance(obj, _Unread):
+                    if _may_cover_unread(criterion, obj) and not graph.has_edge(b_name, a.name):
                         graph.add_edge(b_name, a.name, why=f"{a.name}.spec.criteria[{i}] may wait for {word} of "
-                                       f"{b_name}")
+                                       f"{b_name}", unverified=obj.why)
+                elif isinstance(obj, ProviderSelector):
+                    if _may_cover(criterion, obj, state):
+                        _certain_edge(graph, b_name, a.name, f"{a.name}.spec.criteria[{i}] may wait for {word} of "
+                                      f"{b_name}")
                 elif criteria.covers(criterion, obj, state):
-                    graph.add_edge(b_name, a.name, why=f"{a.name}.spec.criteria[{i}] waits for {word} of {b_name}")
+                    _certain_edge(graph, b_name, a.name, f"{a.name}.spec.criteria[{i}] waits for {word} of {b_name}")
     return graph
+
+
+def _certain_edge(graph: nx.DiGraph, b: str, a: str, why: str) -> None:
+    if graph.has_edge(b, a):
+        graph.remove_edge(b, a)  # it replaces an unverified one
+    graph.add_edge(b, a, why=why)
 
 
 def find_service_cycle(graph: nx.DiGraph, start: str | None = None) -> list[str] | None:
@@ -138,9 +180,17 @@ def check_no_cycle(candidate: CriticalService, state: ClusterState) -> None:
     """Raise DependencyCycle if adding (or replacing with) `candidate` closes a cycle through it."""
     services = [cs for cs in state.critical_services() if cs.name != candidate.name]
     graph = service_graph([*services, candidate], state)
-    cycle = find_service_cycle(graph, candidate.name)
+    certain = nx.subgraph_view(graph, filter_edge=lambda u, v: "unverified" not in graph.edges[u, v])
+    cycle = find_service_cycle(certain, candidate.name)
     if cycle is None:
-        return
+        maybe = find_service_cycle(graph, candidate.name)
+        if maybe is None:
+            return
+        # A cycle only through a provider that cannot be read: neither refuse it as a cycle nor allow it.
+        reasons = sorted({graph.edges[u, v]["unverified"] for u, v in zip(maybe, [*maybe[1:], maybe[0]], strict=True)
+                          if "unverified" in graph.edges[u, v]})
+        raise StateUnavailable(f"whether CriticalService {candidate.name} closes a dependency cycle through "
+                               f"{', '.join(maybe)} depends on a provider the gate cannot read: {'; '.join(reasons)}")
     # Present the cycle in waiting order: a waits for b waits for ... a.
     waiting = list(reversed(cycle))
     i = waiting.index(candidate.name)

@@ -33,7 +33,6 @@ from typing import Any
 import attrs
 
 from . import criteria
-from .admission import AdmissionRequest
 from .api import (
     CRD_NAME,
     CRDS,
@@ -50,6 +49,7 @@ from .api import (
 from .decision import Decision, Rule, decide
 from .errors import InvalidInput
 from .objects import KubeObject
+from .request import AdmissionRequest
 from .state import ClusterState, provider_objects
 from .timestamps import format_rfc3339
 

@@ -46,6 +46,7 @@ from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import attrs
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
@@ -53,9 +54,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 from structlog.typing import FilteringBoundLogger
 
+from . import criteria
 from .admission import AdmissionRequest, parse_review, render_response
-from .decision import Decision, Rule, decide, deny
-from .errors import MalformedReview
+from .api import CRITICAL_SERVICES, GroupResource, parse_critical_service
+from .cache.access import grant_hint
+from .decision import WARNING_LIMIT, Decision, Rule, decide, deny
+from .errors import InvalidSpec, MalformedReview, StateUnavailable
 from .logs import get_logger
 from .metrics import REJECT_MALFORMED, REJECT_NOT_READY, REJECT_TOO_LARGE, Metrics
 from .state import ClusterState, MemoryState
@@ -80,6 +84,16 @@ DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 # hangs. The API server waits timeoutSeconds for the whole call (v1 default 10 s, design/kubernetes-semantics.md §7;
 # deploy/base/webhook.yaml sets 5 s), so 3 s still leaves room for the rest of the request.
 DEFAULT_CONFIRM_TIMEOUT = 3.0
+
+# A CriticalService's CREATE or UPDATE that meets a cache still syncing (a type a CriticalService has just
+# named: usually milliseconds) waits for the caches, at most this long, instead of being refused, so one
+# `kubectl apply -f` of a bundle works first time. The API server gives a webhook call timeoutSeconds in
+# all (ValidatingWebhook.TimeoutSeconds, "Default to 10 seconds": https://github.com/kubernetes/api/blob/
+# v0.37.2/admissionregistration/v1/types.go#L904-L910; deploy/base/webhook.yaml sets 5 s), so 2 s
+# leaves room for the rest of the request. A type the gate may not list (403) is not waited for.
+DEFAULT_SYNC_WAIT = 2.0
+# How long the read-access check of a CriticalService's CREATE may take in all; unanswered, no warning.
+ACCESS_CHECK_TIMEOUT = 1.0
 
 JSON = "application/json"
 ERROR_LIMIT = 300  # characters of a 400/413/503 error line
@@ -106,6 +120,21 @@ class StateSource(Protocol):
 @runtime_checkable
 class ExplainsReadiness(Protocol):
     def unsynced(self) -> Sequence[str]: ...
+
+
+@runtime_checkable
+class WaitsForSync(Protocol):
+    """A source whose caches may be syncing (criticalsvc.cache.CacheState)."""
+
+    def syncing(self) -> bool: ...
+
+    async def wait_changed(self, timeout: float) -> bool: ...
+
+
+class ChecksReadAccess(Protocol):
+    """criticalsvc.cache.access.ReadAccess: the types the gate may not list, as the API server answers."""
+
+    async def unlistable(self, types: Sequence[GroupResource], *, timeout: float) -> list[GroupResource]: ...
 
 
 @runtime_checkable
@@ -186,6 +215,8 @@ class Webhook:
         confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
         on_decision: Callable[[AdmissionRequest, Decision], None] | None = None,
         manages_routes: bool = False,
+        sync_wait: float = DEFAULT_SYNC_WAIT,
+        read_access: ChecksReadAccess | None = None,
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
@@ -200,6 +231,10 @@ class Webhook:
         # The gate writes the routes of provider types (criticalsvc/webhookrouter.py): decide() does not warn
         # that a CriticalService's provider type is not routed.
         self.manages_routes = manages_routes
+        self.sync_wait = sync_wait
+        # Asked on an admitted CriticalService CREATE/UPDATE: a type it names that the gate may not list
+        # becomes a warning naming the grant (its DELETEs would be refused as unverifiable until then).
+        self.read_access = read_access
         self.log: FilteringBoundLogger = get_logger("criticalsvc.server")
         # Set by `begin_termination()` (SIGTERM): /readyz fails, so the Service stops sending new
         # connections here, while reviews are still answered - each with `Connection: close`.
@@ -333,13 +368,27 @@ class Webhook:
                                 f"body: an AdmissionReview must be a JSON object, got {_json_type(review)}"), None
         return None, review
 
-    async def _answer(self, admission: AdmissionRequest, state: ClusterState, started: float) -> Response:
+    def _decide(self, admission: AdmissionRequest, state: ClusterState) -> Decision:
         try:
-            decision = decide(admission, state, manages_routes=self.manages_routes)
+            return decide(admission, state, manages_routes=self.manages_routes)
         except Exception as exc:  # decide is pure and total by design; if it fails anyway, fail closed
             self.metrics.decision_errors.inc()
             self.log.exception("decision failed", uid=admission.uid)
-            decision = _internal_error_decision(exc)
+            return _internal_error_decision(exc)
+
+    async def _answer(self, admission: AdmissionRequest, state: ClusterState, started: float) -> Response:
+        decision = self._decide(admission, state)
+        source = self.source
+        if (decision.rule == Rule.UNVERIFIABLE and admission.operation in ("CREATE", "UPDATE")
+                and admission.group_resource == CRITICAL_SERVICES and isinstance(source, WaitsForSync)):
+            # Decided again on each change of the caches until it no longer needs one that is syncing: the
+            # refusal stands only for what cannot be known within DEFAULT_SYNC_WAIT (a 403 is not waited for).
+            while decision.rule == Rule.UNVERIFIABLE and source.syncing() \
+                    and (remaining := started + self.sync_wait - time.perf_counter()) > 0:
+                await source.wait_changed(remaining)
+                decision = self._decide(admission, source.state)
+        if decision.allowed and decision.rule == Rule.VALID_SPEC and self.read_access is not None:
+            decision = await self._warn_unreadable(admission, decision)
         live = ""
         if self.confirm is not None and self.needs_confirmation(admission, decision):
             decision, live = await self._confirmed(admission, decision)
@@ -347,6 +396,33 @@ class Webhook:
         elapsed = time.perf_counter() - started
         self._record(admission, decision, live, elapsed)
         return Response(body, media_type=JSON)
+
+    async def _warn_unreadable(self, admission: AdmissionRequest, decision: Decision) -> Decision:
+        """The admitted CriticalService with a warning per named type the gate may not list."""
+        assert self.read_access is not None
+        try:
+            cs = parse_critical_service(admission.object)
+        except InvalidSpec:
+            return decision
+        named = [("spec.provider", cs.provider.group_resource),
+                 *((f"spec.criteria[{i}]", criteria.named_resource(c)) for i, c in enumerate(cs.criteria))]
+        resolved: list[tuple[str, GroupResource]] = []
+        for where, gr in named:
+            try:
+                served = self.source.state.resolve(gr)
+            except StateUnavailable:
+                served = None
+            if served is not None:  # an unserved type is warned about by decide()
+                resolved.append((where, served))
+        try:
+            async with asyncio.timeout(ACCESS_CHECK_TIMEOUT):
+                unlistable = await self.read_access.unlistable([gr for _, gr in resolved],
+                                                               timeout=ACCESS_CHECK_TIMEOUT)
+        except TimeoutError:
+            return decision
+        extra = [f"{where}: the gate may not list {gr}; what depends on it is refused as unverifiable until "
+                 f"{grant_hint(gr)}"[:WARNING_LIMIT] for where, gr in resolved if gr in unlistable]
+        return attrs.evolve(decision, warnings=(*decision.warnings, *dict.fromkeys(extra))) if extra else decision
 
     async def _confirmed(self, admission: AdmissionRequest, decision: Decision) -> tuple[Decision, str]:
         """The confirm callback's verdict on the cache's decision; a DENY when it cannot give one."""

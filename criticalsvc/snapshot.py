@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from . import criteria
 from .api import API_VERSION, CRDS, KIND, Criterion, CriticalService, GroupResource, parse_critical_service
 from .errors import InvalidInput, MalformedManifest
 from .manifests import Manifest
 from .objects import KubeObject
+from .projection import conditioned_criteria, project_for
 from .restmapper import ResourceType, RESTMapper, guess_resource
 from .state import MemoryState
 
@@ -54,7 +54,7 @@ def build_state(manifests: Iterable[Manifest], *, mapper: RESTMapper | None = No
                 services.append(parse_critical_service(m.obj))
             except InvalidInput:
                 continue  # reported with its file and document below
-    conditioned = criteria.conditioned_criteria(services, state)
+    conditioned = conditioned_criteria(services, state)
     for m in manifests:
         try:
             add_manifest(state, m, conditioned=conditioned)
@@ -69,7 +69,7 @@ def add_manifest(state: MemoryState, m: Manifest, *,
                  conditioned: Mapping[GroupResource, frozenset[Criterion]] | None = None) -> KubeObject:
     gr = state.mapper.resource_for_kind(m.api_version, m.kind)
     try:
-        obj = criteria.project_for(m.obj, gr, (conditioned or {}).get(gr, frozenset()))
+        obj = project_for(m.obj, gr, (conditioned or {}).get(gr, frozenset()))
         if is_critical_service(m.obj):
             state.upsert_critical_service(parse_critical_service(m.obj))
     except InvalidInput as exc:

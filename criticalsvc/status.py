@@ -17,6 +17,11 @@ writer that recomputes every few seconds does not churn it.
                                                 so it never holds - the message names the field and the error
     Blocking   True  (CriteriaUnmet)            deleting the provider (or its namespace) is denied now
                False (CriteriaMet)              it would be allowed
+               Unknown (CannotVerify)           some type the criteria or the provider name cannot be read now
+                                                (403, cache not synced): the webhook refuses the provider's
+                                                DELETE as unverifiable, and the message is its reason (which
+                                                type, which error, what to grant); unmetCriteria is absent
+    (Ready is Unknown (CannotVerify) too when whether the provider's type is served cannot be told.)
     ReplayPermitted   (spec.replayDeletion: WhenTearingDown only)
                True  (Permitted)                the gate may delete what it would replay
                False (Forbidden)                it may not: the message names the missing grant
@@ -37,22 +42,28 @@ from typing import TYPE_CHECKING, Any
 
 from . import criteria
 from .api import CriticalService, Enforcement, GroupResource, ObjectRef, ProviderSelector, ReplayDeletion
-from .routing import PROVIDERS_CONFIGURATION, Route, RoutingFacts, needed_routes
+from .errors import UNVERIFIED, StateUnavailable
+from .objects import KubeObject
+from .routing import PROVIDERS_CONFIGURATION, Route, RoutingFacts, needed_routes, not_routed
 from .state import ClusterState, provider_objects
 from .timestamps import format_rfc3339
 
-if TYPE_CHECKING:  # replay builds on decision, which builds on this module
+if TYPE_CHECKING:  # status reports replay's intents; the rules never import how they are reported (.importlinter)
     from .replay import DeletionIntent
 
+# The reason of a condition the gate cannot compute now (a type it may not read, a cache not synced), and
+# the words the webhook's denial starts with then (decision.decide), so the two say the same thing.
+CANNOT_VERIFY = "CannotVerify"
+UNVERIFIED_PREFIX = f"{UNVERIFIED}: "
 # The status is an API object other tools read; five blockers are enough to act on.
 MAX_BLOCKERS = 5
 MAX_INTENTS = 20  # the CRD's maxItems for status.deletionIntents
 REPLAY_AGGREGATE_LABEL = "criticalsvc.io/aggregate-to-replay"
 
 
-def _condition(type_: str, status: bool, reason: str, message: str, *, now: str, generation: int,
+def _condition(type_: str, status: bool | None, reason: str, message: str, *, now: str, generation: int,
                previous: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    value = "True" if status else "False"
+    value = "Unknown" if status is None else "True" if status else "False"
     old = next((c for c in previous if c.get("type") == type_), None)
     since = old.get("lastTransitionTime") if old is not None and old.get("status") == value else None
     return {"type": type_, "status": value, "reason": reason, "message": message,
@@ -63,7 +74,7 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
                    previous: Mapping[str, Any] | None = None, intents: Sequence[DeletionIntent] = (),
                    replay_forbidden: Sequence[GroupResource] | None = None,
                    routing: RoutingFacts | None = None) -> dict[str, Any]:
-    """The `.status` the gate would write for `cs` now. May raise StateUnavailable.
+    """The `.status` the gate would write for `cs` now; a part the state cannot answer is Unknown, never a guess.
 
     `replay_forbidden`: the types the gate may not delete for its replays ([] all permitted, None
     not checked yet); read only when the CriticalService asks for replay. `routing`: what the
@@ -71,10 +82,31 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     the shipped configuration's count."""
     stamp = format_rfc3339(now)
     prev_conditions = (previous or {}).get("conditions") or []
-    verdicts = [criteria.evaluate(c, state) for c in cs.criteria]
-    unmet = [(i, v) for i, v in enumerate(verdicts) if not v.satisfied]
-    provider = state.get(cs.provider) if isinstance(cs.provider, ObjectRef) else None
-    provider_type = state.resolve(cs.provider.group_resource)
+    # Each part is computed on its own, so a type the gate cannot read (403, not synced) leaves the others
+    # true: a status that says "may go" while the webhook says "cannot verify" is the lie this prevents.
+    unmet: list[tuple[int, criteria.Verdict]] = []
+    unverifiable: list[str] = []
+    for i, c in enumerate(cs.criteria):
+        try:
+            verdict = criteria.evaluate(c, state)
+        except StateUnavailable as exc:
+            unverifiable.append(str(exc))
+        else:
+            if not verdict.satisfied:
+                unmet.append((i, verdict))
+    provider: KubeObject | None = None
+    provider_known = True
+    try:
+        provider = state.get(cs.provider) if isinstance(cs.provider, ObjectRef) else None
+    except StateUnavailable as exc:
+        provider_known = False
+        unverifiable.insert(0, str(exc))
+    try:
+        provider_type = state.resolve(cs.provider.group_resource)
+    except StateUnavailable as exc:
+        provider_type, type_error = None, str(exc)
+    else:
+        type_error = ""
     broken = [c.condition.error for c in cs.criteria if c.condition is not None and c.condition.error]
     if broken:
         # Protection stays (fail closed: criticalsvc/condition.py, compile_condition), but the criterion can
@@ -83,6 +115,9 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         ready = _condition("Ready", False, "InvalidCondition",
                            f"{broken[0]}{more}; every object of the criterion counts, so it never holds - fix the "
                            "condition", now=stamp, generation=generation, previous=prev_conditions)
+    elif type_error:
+        ready = _condition("Ready", None, CANNOT_VERIFY, f"{UNVERIFIED_PREFIX}{type_error}", now=stamp,
+                           generation=generation, previous=prev_conditions)
     elif provider_type is None:
         ready = _condition("Ready", False, "ProviderTypeNotServed",
                            f"{cs.provider.group_resource} is not served; nothing is protected until it is",
@@ -91,12 +126,19 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         reason, message = _unrouted(cs, provider_type, missing, routing or _UNMANAGED)
         ready = _condition("Ready", False, reason, message, now=stamp, generation=generation, previous=prev_conditions)
     else:
+        # Enforced even while some type cannot be read: the webhook then refuses the provider's DELETE as
+        # unverifiable (criticalsvc/decision.py, Rule.UNVERIFIABLE), which is protection, not its absence.
         warn = cs.enforcement == Enforcement.WARN
         ready = _condition("Ready", True, "Warning" if warn else "Enforcing",
                            ("denials are reported as warnings only (enforcement: Warn)" if warn
                             else f"deletes of {cs.provider} are gated"),
                            now=stamp, generation=generation, previous=prev_conditions)
-    if unmet:
+    if unverifiable or type_error:
+        # The webhook's own words (decision.decide): which type, which error, what to grant.
+        why = "; ".join(dict.fromkeys([type_error, *unverifiable] if type_error else unverifiable))
+        blocking = _condition("Blocking", None, CANNOT_VERIFY, f"{UNVERIFIED_PREFIX}{why}", now=stamp,
+                              generation=generation, previous=prev_conditions)
+    elif unmet:
         first = unmet[0][1].describe()
         more = f" (and {len(unmet) - 1} more criteria)" if len(unmet) > 1 else ""
         blocking = _condition("Blocking", True, "CriteriaUnmet", f"{first}{more}", now=stamp,
@@ -108,11 +150,13 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     if cs.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN:
         conditions.append(_replay_condition(replay_forbidden, now=stamp, generation=generation,
                                             previous=prev_conditions))
+    verified = not (unverifiable or type_error)
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": conditions,
         "criteriaCount": len(cs.criteria),
-        "unmetCriteria": len(unmet),
+        # Unknown is no count: null removes it, so the Unmet column is empty rather than a reassuring 0.
+        "unmetCriteria": len(unmet) if verified else None,
         "blockers": [
             {"criterion": i, "description": v.describe(), "count": v.count,
              "examples": [e.key for e in v.examples]}
@@ -123,8 +167,13 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         status["deletionIntents"] = [_intent(i) for i in sorted(intents, key=lambda i: i.requested_at)[:MAX_INTENTS]]
     if isinstance(cs.provider, ProviderSelector):
         # A set has no one uid (and re-creation is what a selector is for): how many it selects now is news.
-        status["providers"] = len(provider_objects(cs.provider, state))
+        try:
+            status["providers"] = len(provider_objects(cs.provider, state))
+        except StateUnavailable:
+            status["providers"] = None  # unknown, not 0
         status["selector"] = str(cs.provider.selector)  # the Selector printer column (JSONPath cannot format it)
+    elif not provider_known:
+        status["providerUID"] = None  # which object is there now is unknown: no uid rather than a stale one
     elif provider is not None and provider.uid:
         status["providerUID"] = provider.uid
     elif cs.provider_uid:
@@ -173,17 +222,6 @@ def _unrouted(cs: CriticalService, provider_type: GroupResource, missing: Sequen
                                  f"{PROVIDERS_CONFIGURATION}): {routing.error}")
     return "RoutePending", (f"the gate has not yet routed {names} (ValidatingWebhookConfiguration "
                             f"{PROVIDERS_CONFIGURATION}); {cs.provider} is not enforced until it has")
-
-
-def not_routed(cs: CriticalService, provider_type: GroupResource) -> str:
-    """Why a provider of an unrouted type is only half protected, and what to do about it.
-
-    Short enough for an admission warning (256 characters): the routed types are in GATED_DELETES.
-    """
-    where = f"only deleting its namespace {cs.provider.namespace} is gated" if cs.provider.namespace else \
-        "nothing is gated"
-    return (f"the webhook configuration sends no DELETE of {provider_type} to the gate, so {where}; add "
-            f"{provider_type} to its workloads rule to gate {cs.provider} itself")
 
 
 def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:

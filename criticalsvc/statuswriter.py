@@ -78,12 +78,12 @@ class StatusWriter:
         for gone in self._written.keys() - {(cs.name, cs.uid) for cs in services}:
             del self._written[gone]
         for cs in services:
-            try:
-                status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)),
-                                        routing=self.router.facts if self.router is not None else None,
-                                        **self._replay_facts(cs, state))
-            except StateUnavailable:
-                continue
+            # Never skipped for a type the gate cannot read: the status then says Blocking Unknown (CannotVerify),
+            # where skipping it left the last status written standing, "may go" included, while the webhook
+            # refused the provider's DELETE as unverifiable.
+            status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)),
+                                    routing=self.router.facts if self.router is not None else None,
+                                    **self._replay_facts(cs, state))
             if (cs.name, cs.uid) in self._written and same_status(self._written[cs.name, cs.uid], status):
                 continue
             try:
@@ -104,7 +104,10 @@ class StatusWriter:
             return {}
         from .replayer import replay_types
 
-        provider_type = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
+        try:
+            provider_type = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
+        except StateUnavailable:
+            provider_type = cs.provider.group_resource  # as spelt: unchecked permissions show as NotChecked
         types = sorted(replay_types(provider_type, namespaced=cs.provider.namespace != ""))  # None: any namespace
         checked = all(self.replayer.checked(gr) for gr in types)
         return {"intents": self.replayer.intents_of(cs.name),

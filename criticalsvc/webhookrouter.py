@@ -89,7 +89,9 @@ class WebhookRouter:
         except APIError as exc:
             conflict = isinstance(exc, APIStatusError) and exc.code == 409
             outcome = "conflict" if conflict else "failed"
-            self._synced_rules, self._next_sync = None, self.clock() + (0.0 if conflict else RETRY)
+            # The rules count as tried, so only the clock (or a change of rules) starts the next attempt: a
+            # conflict at the next round, any other failure after RETRY rather than at every POLL.
+            self._synced_rules, self._next_sync = rules, self.clock() + (0.0 if conflict else RETRY)
             self.metrics.webhook_route_syncs.labels(outcome).inc()
             if conflict:  # someone wrote in between: read again next round, no error to report
                 log.info("webhook configuration changed while syncing; retried next round",

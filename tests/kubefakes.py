@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import re
 import threading
 import time
@@ -23,8 +24,10 @@ from typing import Any
 import attrs
 import orjson
 
-from criticalsvc.api import parse_critical_service
+from criticalsvc.api import GroupResource, ObjectRef, parse_critical_service
+from criticalsvc.cache.guarded import READER_AGGREGATION_LABEL
 from criticalsvc.cache.transport import APIError, APIStatusError, TransportError
+from criticalsvc.errors import StateUnavailable
 from criticalsvc.manifests import load_path
 from criticalsvc.objects import KubeObject
 from criticalsvc.sim.apiserver.server import ServerThread
@@ -356,3 +359,148 @@ def state_with(*services: Mapping[str, Any], objects: Iterable[KubeObject] = ())
     for s in services:
         state.upsert_critical_service(parse_critical_service(s))
     return state
+
+
+class Unreadable:
+    """`state` as the live gate's guarded state answers while it may not list some types (403): every read
+    of those types raises StateUnavailable with the gate's words (criticalsvc/cache/guarded.py)."""
+
+    def __init__(self, state: Any, *types: GroupResource) -> None:
+        self.state = state
+        self.types = frozenset(types)
+
+    def _require(self, gr: GroupResource) -> None:
+        if gr in self.types:
+            raise StateUnavailable(f"the gate may not list {gr} (403 Forbidden): grant it get/list/watch with a "
+                                   f"ClusterRole labelled {READER_AGGREGATION_LABEL}=\"true\"")
+
+    def resolve(self, gr: GroupResource) -> GroupResource | None:
+        resolved: GroupResource | None = self.state.resolve(gr)
+        return resolved
+
+    def get(self, ref: ObjectRef) -> KubeObject | None:
+        self._require(self.resolve(ref.group_resource) or ref.group_resource)
+        obj: KubeObject | None = self.state.get(ref)
+        return obj
+
+    def with_finalizer(self, gr: GroupResource, finalizer: str, **kw: Any) -> Any:
+        self._require(gr)
+        return self.state.with_finalizer(gr, finalizer, **kw)
+
+    def select(self, gr: GroupResource, **kw: Any) -> Any:
+        self._require(gr)
+        return self.state.select(gr, **kw)
+
+    def critical_services(self) -> Any:
+        return self.state.critical_services()
+
+    def protecting(self, provider: ObjectRef, labels: Any = None) -> Any:
+        return self.state.protecting(provider, labels)
+
+    def hosted_in(self, namespace: str) -> Any:
+        return self.state.hosted_in(namespace)
+
+
+# --- a fake API server for the leader's writers (criticalsvc.cache.transport.Sender) --------------------
+class FakeAPI:
+    """A Sender over a dict of objects by path, recording every request; for the replayer and the webhook
+    router. It answers as kube-apiserver does where those writers depend on it:
+
+      GET    an object, or a collection (the objects whose path is one segment below; no selector)
+      POST   to a collection: 409 AlreadyExists when the name is taken; a SelfSubjectAccessReview is
+             answered `may_delete`
+      PUT    409 Conflict when the body's resourceVersion is not the stored one (optimistic concurrency)
+      PATCH  a merge of `data` (what the replayer patches)
+      DELETE 409 Conflict when `preconditions.uid` is not the stored object's UID; without one, whatever
+             has the name now is deleted
+      404    for anything missing; stored objects get a resourceVersion (and a uid if they have none)
+
+    `faults[(verb, path)]` is a list of errors raised in turn instead of answering; `after_get[path]` runs
+    once right after that GET has answered (to make something happen between a read and a write)."""
+
+    def __init__(self, objects: Mapping[str, Mapping[str, Any]] | None = None, *, may_delete: bool = True) -> None:
+        self.objects: dict[str, dict[str, Any]] = {p: copy.deepcopy(dict(o)) for p, o in (objects or {}).items()}
+        self.requests: list[tuple[str, str, Any]] = []
+        self.faults: dict[tuple[str, str], list[APIError]] = {}
+        self.after_get: dict[str, Callable[[], None]] = {}
+        self.may_delete = may_delete
+        self._version = 100
+
+    def put(self, path: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Store `obj` at `path` as the API server would (a new resourceVersion); returns the stored copy."""
+        self._version += 1
+        stored = copy.deepcopy(dict(obj))
+        metadata = stored.setdefault("metadata", {})
+        metadata["resourceVersion"] = str(self._version)
+        metadata.setdefault("uid", f"uid-{self._version}")
+        self.objects[path] = stored
+        return copy.deepcopy(stored)
+
+    def _fault(self, verb: str, path: str) -> None:
+        queued = self.faults.get((verb, path))
+        if queued:
+            raise queued.pop(0)
+
+    def _below(self, path: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for p, o in sorted(self.objects.items())
+                if p.startswith(path + "/") and "/" not in p[len(path) + 1:]]
+
+    async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = "application/json") -> Any:
+        self.requests.append(("GET", path, dict(params)))
+        self._fault("GET", path)
+        if _is_collection(path):
+            return {"kind": "List", "items": self._below(path)}
+        if path not in self.objects:
+            raise APIStatusError(404, "NotFound", f"{path} not found")
+        answer = copy.deepcopy(self.objects[path])
+        then = self.after_get.pop(path, None)
+        if then is not None:
+            then()
+        return answer
+
+    async def send(self, verb: str, path: str, payload: Mapping[str, Any] | None = None, *, timeout: float,
+                   params: Any = (), content_type: str = "application/json") -> Any:
+        self.requests.append((verb, path, copy.deepcopy(payload)))
+        self._fault(verb, path)
+        if path.endswith("/selfsubjectaccessreviews"):
+            return {**dict(payload or {}), "status": {"allowed": self.may_delete}}
+        if verb == "POST":
+            assert payload is not None
+            at = f"{path}/{payload['metadata']['name']}"
+            if at in self.objects:
+                raise APIStatusError(409, "AlreadyExists", f"{at} already exists")
+            return self.put(at, payload)
+        if path not in self.objects:
+            raise APIStatusError(404, "NotFound", f"{path} not found")
+        stored = self.objects[path]
+        if verb == "PUT":
+            assert payload is not None
+            if (payload.get("metadata") or {}).get("resourceVersion") != stored["metadata"]["resourceVersion"]:
+                raise APIStatusError(409, "Conflict", f"Operation cannot be fulfilled on {path}: the object has "
+                                     "been modified; please apply your changes to the latest version and try again")
+            return self.put(path, {**payload, "metadata": {**payload["metadata"], "uid": stored["metadata"]["uid"]}})
+        if verb == "PATCH":
+            assert payload is not None
+            stored.setdefault("data", {}).update(payload.get("data") or {})
+            return copy.deepcopy(stored)
+        assert verb == "DELETE", verb
+        uid = (stored.get("metadata") or {}).get("uid")
+        wanted = ((payload or {}).get("preconditions") or {}).get("uid")
+        if wanted is not None and wanted != uid:
+            raise APIStatusError(409, "Conflict", f"Operation cannot be fulfilled on {path}: Precondition failed: "
+                                 f"UID in precondition: {wanted}, UID in object meta: {uid}")
+        del self.objects[path]
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+
+    def sent(self, verb: str, path: str) -> list[Any]:
+        """The payloads of the `verb` requests to `path`, in order."""
+        return [payload for v, p, payload in self.requests if v == verb and p == path]
+
+
+def _is_collection(path: str) -> bool:
+    """/api/v1/RES, /apis/G/V/RES, and .../namespaces/NS/RES are collections; one segment more is an object."""
+    parts = path.strip("/").split("/")
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    return len(rest) == 1

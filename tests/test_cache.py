@@ -20,6 +20,7 @@ from kubefakes import (
     StoreTransport,
     eventually,
     running_standin,
+    started_cache,
     story_objects,
     story_store,
 )
@@ -675,3 +676,31 @@ class LingeringCacheFollowsTheStore(CacheFollowsTheStore):
 
 LingeringCacheFollowsTheStore.TestCase.settings = CacheFollowsTheStore.TestCase.settings
 test_lingering_cache_follows_the_store = LingeringCacheFollowsTheStore.TestCase
+
+
+# --- syncing() and wait_changed(): what a CriticalService's CREATE waits for (server.DEFAULT_SYNC_WAIT) ---------
+COOL_LIST = r"/apis/my\.crd\.group/v1/coolresources$"
+
+
+async def test_a_cache_whose_list_hangs_is_syncing_and_its_sync_wakes_a_waiter() -> None:
+    with running_standin(story_store()) as env:
+        env.faults.add(COOL_LIST, action="hang", watch=False)
+        async with started_cache(env) as (cache, _transport):
+            while cache.reflector(COOL) is None:
+                assert await cache.wait_changed(10), "the watch set's change woke no waiter"
+            assert cache.syncing()
+            env.faults.clear()  # the hanging list fails; the reflector lists again, and syncs
+            while cache.syncing():
+                assert await cache.wait_changed(10), "the sync woke no waiter"
+            assert cache.reflector(COOL).synced.is_set()
+
+
+async def test_a_cache_the_gate_may_not_list_is_not_syncing() -> None:
+    """A 403 waits for a grant, not for time: a CREATE is not held for it."""
+    with running_standin(story_store()) as env:
+        env.faults.add(COOL_LIST, status=403, watch=False)
+        async with started_cache(env) as (cache, _transport):
+            await eventually(lambda: (r := cache.reflector(COOL)) is not None and r.forbidden, timeout=10,
+                             what="the coolresources reflector to meet the 403")
+            await eventually(lambda: not cache.syncing(), timeout=10, what="nothing left syncing")
+            assert not cache.reflector(COOL).synced.is_set()

@@ -7,6 +7,11 @@ namespace").
 The real control plane has no kubelet: a pod without a node would go at once, so each pod carries a
 test-owned finalizer standing for its graceful termination, removed when the test lets it "terminate".
 The guarded ConfigMap carries one too, so the NetworkPolicy's refusal lasts until the test lets it go.
+
+The order is read from watches (tests/realcluster/teardown.py's Observer: the resourceVersion at which
+each object was marked for deletion and deleted), so it holds for every event, not for a sample: nothing
+but the pods is marked before the last pod is gone, the guarded ConfigMap is gone before the NetworkPolicy
+is deleted, and the NetworkPolicy before the ConfigMap that needs it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.backends import Backend, unique
-from tests.realcluster.teardown import wait_for
+from tests.realcluster.teardown import Observer, wait_for
 
 # DELETEs of NetworkPolicies and ConfigMaps reach the gate through the route the gate writes itself for
 # provider types (criticalsvc/routing.py); before that work is merged this test cannot pass.
@@ -31,6 +36,7 @@ HOLD = "test.criticalsvc.io/hold"
 # The namespace controller's worst wait once nothing holds the content: its 60 s backoff cap plus the 8 s
 # requeue for content with finalizers (design/kubernetes-semantics.md §3.3), with room for a slow machine.
 BOUND = 120.0
+HOLD_PODS = 10.0  # one requeue for content with finalizers (8 s) and slack
 
 
 def _service(name: str, provider: dict[str, str], *criteria: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +80,7 @@ def test_a_networkpolicy_and_a_configmap_outlive_what_they_guard_as_the_namespac
                         {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
                          "verbs": ["get", "list", "watch"]}]}
     netpol_cs, settings_cs = f"np-{tag}", f"cm-{tag}"
+    observer: Observer | None = None
     assert cluster.admin.create(CLUSTERROLES, reader).status_code == 201
     try:
         netpol = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "deny-egress"},
@@ -109,16 +116,27 @@ def test_a_networkpolicy_and_a_configmap_outlive_what_they_guard_as_the_namespac
         wait_for(lambda: cluster.admin.delete(netpol_path, params={"dryRun": "All"}).status_code == 403,
                  timeout=60, what="the gate to protect the NetworkPolicy")
 
+        keys = {"NetworkPolicy": netpol_path, "ConfigMap/settings": settings_path,
+                "ConfigMap/guarded": guarded_path, **{f"Pod/{p.rsplit('/', 1)[1]}": p for p in pods}}
+        observer = Observer(cluster.admin, keys)
+        observer.start()
+
         # The namespace DELETE is allowed (the old rule refused it for good).
         started = time.monotonic()
         deleted = cluster.kubectl("delete", "namespace", namespace, "--wait=false")
         assert deleted.returncode == 0, deleted.stderr
 
-        # Pods first (KEP-5080): while they terminate nothing else is tried, and the guards are there.
-        wait_for(lambda: all((cluster.admin.get(p) or {}).get("metadata", {}).get("deletionTimestamp") for p in pods),
-                 timeout=60, what="the namespace controller to delete the pods")
-        time.sleep(10)  # a requeue (8 s) later the pods still terminate, and the guards are still there
-        assert all(cluster.admin.exists(p) for p in (netpol_path, settings_path, guarded_path))
+        # Pods first (KEP-5080, design/kubernetes-semantics.md §3.4): the controller's pass marks the pods
+        # and, finding them held, ends there. kube-controller-manager v1.37 writes no condition when it ends
+        # early for pods (measured: none within 60 s), so no event says "a pass is over": the pods are held
+        # for one requeue of the controller (8 s for content with finalizers, §3.3) and slack, and every
+        # watch event meanwhile is checked; an unordered pass would mark the rest right after the pods.
+        wait_for(lambda: all(k in observer.marked for k in keys if k.startswith("Pod/")), timeout=60,
+                 what="the namespace controller to delete the pods")
+        held_until = time.monotonic() + HOLD_PODS
+        while time.monotonic() < held_until:
+            assert all(k.startswith("Pod/") for k in observer.marked), f"marked while pods terminate: {observer.marked}"
+            time.sleep(0.1)
         for path in pods:
             _drop_finalizer(cluster, path)
 
@@ -135,9 +153,19 @@ def test_a_networkpolicy_and_a_configmap_outlive_what_they_guard_as_the_namespac
         _drop_finalizer(cluster, guarded_path)
         wait_for(lambda: not cluster.admin.exists(ns_path), timeout=BOUND, what=f"namespace {namespace} to be gone")
         gone = time.monotonic()
+        wait_for(lambda: len(observer.first_gone) == len(keys), timeout=30, what="every deletion to be seen")
+        observer.stop()
+        marked, deleted_at = observer.marked, observer.first_gone
+        last_pod = max(deleted_at[k] for k in keys if k.startswith("Pod/"))
+        assert all(marked[k] > last_pod for k in keys if not k.startswith("Pod/")), (marked, deleted_at)
+        assert deleted_at["ConfigMap/guarded"] < marked["NetworkPolicy"], (marked, deleted_at)
+        assert deleted_at["NetworkPolicy"] < marked["ConfigMap/settings"], (marked, deleted_at)
+        assert observer.gaps == []
         print(f"\nnamespace order: DELETE -> gone {gone - started:.1f} s; last guard released -> gone "
               f"{gone - released:.1f} s ({cluster.name})")
     finally:
+        if observer is not None:
+            observer.stop()
         for path in [*pods, guarded_path]:
             _drop_finalizer(cluster, path)
         cluster.admin.delete(ns_path)

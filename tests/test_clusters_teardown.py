@@ -5,18 +5,18 @@ gate, and the namespace controller and garbage collector do their part."""
 from __future__ import annotations
 
 from tests.backends import Backend
-from tests.realcluster.teardown import Observer, RetryingDeleter, Story, apply_story
+from tests.realcluster.teardown import Observer, RepeatingDeleter, Story, apply_story
 
 
 def test_reference_story_all_at_once_with_a_retrying_deleter(cluster: Backend) -> None:
-    """Everything deleted at once by a ManifestWork-style client: all of it goes, providers after their dependents."""
+    """Everything deleted at once, refusals re-sent until done: all of it goes, providers after their dependents."""
     story = Story.make("mw")
     apply_story(cluster.kubectl, cluster.admin, story)
     observer = Observer(cluster.admin, story.paths())
     with cluster.finalizer_controller(story):
         observer.start()
         try:
-            deleter = RetryingDeleter(cluster.admin, story.paths())
+            deleter = RepeatingDeleter(cluster.admin, story.paths())
             finished = deleter.run(timeout=180)
         finally:
             observer.stop()

@@ -266,6 +266,15 @@ def test_evaluate_condition_gives_only_true_false_or_an_error_text() -> None:
     assert evaluate_condition(compile_condition("object.spec.replicas > 0", "c"), {"spec": {"replicas": 1}}) is True
 
 
+def test_an_object_the_evaluator_cannot_even_read_counts_as_an_error_not_as_false() -> None:
+    """JSON allows integers beyond CEL's 64 bits; converting one raises (not a CEL error). The object must keep
+    counting (fail closed, an error text), or a criterion over such objects would hold while they exist."""
+    obj = {"metadata": {"name": "y"}, "spec": {"replicas": 2**70}}
+    assert evaluate_condition(compile_condition("object.spec.replicas > 0", "c"), obj) == "overflow"
+    # Only the fields an expression reads are converted: one that does not read the value is unaffected.
+    assert evaluate_condition(compile_condition("object.metadata.name == 'x'", "c"), obj) is False
+
+
 # --- the live service: watch caches and fresh reads -----------------------------------------------------
 def stack(*pods: dict[str, Any]) -> Store:
     """Namespaces ns-a and ns-b, the provider, `pods` and the CriticalService (created last)."""

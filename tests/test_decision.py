@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kubefakes import state_with
+from kubefakes import Unreadable, state_with
 
 from criticalsvc.admission import AdmissionRequest, parse_review, render_response, render_review
 from criticalsvc.api import (
     BREAK_GLASS_ANNOTATION,
     CRD_NAME,
+    CRITICAL_SERVICES,
     DELETION_PROTECTED_LABEL,
     CriticalService,
     GroupResource,
@@ -643,3 +644,49 @@ def test_parsed_service_equals_for_same_spec():
     b = parse_critical_service(cs_obj("x", PROVIDER, resources("", "pods"), labels={"a": "2"}))
     assert isinstance(a, CriticalService) and a == b
     assert a.criteria[0] != parse_critical_service(cs_obj("x", PROVIDER, resources("", "pods", "n"))).criteria[0]
+
+
+# --- a type the gate cannot read holds up only what needs it (issue: one tenant never blocks another) -------
+PVCS = GroupResource("", "persistentvolumeclaims")
+# Team A's CriticalService: a claim as provider and claims as criterion; the gate may not list claims.
+TEAM_A = cs_obj("team-a", ("", "persistentvolumeclaims", "shop", "data"), resources("", "persistentvolumeclaims",
+                                                                                    "shop"))
+TEAM_B = cs_obj("team-b", ("apps", "deployments", "kube-system", "coredns"), specific("apps", "deployments",
+                                                                                      "kube-system", "user"))
+
+
+def _write(cs: dict[str, Any], state: Any) -> Decision:
+    return decide(parse_review(review("CREATE", CRITICAL_SERVICES, cs["metadata"]["name"], obj=cs, old=None)), state,
+                  manages_routes=True)
+
+
+def test_an_unreadable_type_of_another_critical_service_does_not_hold_up_this_ones_create_or_deletes():
+    """Team B's CREATE, and the DELETEs its CriticalService guards, are decided as if team A's did not exist."""
+    objects = [deploy("kube-system", "coredns"), deploy("kube-system", "user"), ns("kube-system"), ns("shop")]
+    blind = Unreadable(state_with(TEAM_A, objects=objects), PVCS)
+    assert _write(TEAM_B, blind).rule == Rule.VALID_SPEC
+    with_b = Unreadable(state_with(TEAM_A, TEAM_B, objects=objects), PVCS)
+    denied = delete(with_b, DEPLOYMENTS, "coredns", "kube-system")
+    assert denied.rule == Rule.BLOCKED and "kube-system/user still exists" in denied.message
+    assert delete(with_b, NAMESPACES, "kube-system").rule == Rule.BLOCKED
+    # ... and what needs the unreadable type is still refused as unverifiable, never allowed.
+    assert delete(with_b, PVCS, "data", "shop").rule == Rule.UNVERIFIABLE
+    assert delete(with_b, NAMESPACES, "shop").rule == Rule.UNVERIFIABLE
+
+
+def test_a_cycle_that_rests_on_an_unreadable_provider_is_neither_allowed_nor_called_a_cycle():
+    """Team C waits for team A's claim (whose labels the gate cannot read) and protects a claim team A's criterion
+    covers: whether that closes a cycle is unknowable, so the CREATE is refused as unverifiable, naming the grant."""
+    team_c = cs_obj("team-c", ("", "persistentvolumeclaims", "shop", "cache"),
+                    specific("", "persistentvolumeclaims", "shop", "data"))
+    decision = _write(team_c, Unreadable(state_with(TEAM_A, objects=[ns("shop")]), PVCS))
+    assert decision.rule == Rule.UNVERIFIABLE and not decision.allowed
+    assert "the gate may not list persistentvolumeclaims (403 Forbidden)" in decision.message
+    assert "team-c" in decision.message and "team-a" in decision.message
+
+
+def test_a_cycle_of_readable_objects_is_still_a_cycle_beside_an_unreadable_provider():
+    loop = cs_obj("loop", ("apps", "deployments", "kube-system", "coredns"),
+                  specific("apps", "deployments", "kube-system", "coredns"))
+    decision = _write(loop, Unreadable(state_with(TEAM_A, objects=[deploy("kube-system", "coredns")]), PVCS))
+    assert decision.rule == Rule.CYCLE

@@ -57,7 +57,7 @@ def _apply(api: str, objects: list[tuple[ObjectRef, str, str, dict[str, Any]]]) 
 
 
 def test_bulk_teardown_through_the_real_gate_completes_in_the_safe_order(embedded: Embedded) -> None:
-    """Deleting the whole story at once, retried like a ManifestWork agent, ends in the design's order."""
+    """Deleting the whole story at once, refusals retried, ends in the design's order."""
     objects = _paths()
     _apply(embedded.api, objects)
     # Times are taken per request. `gone` is when the client first saw a 404 (an upper bound of the

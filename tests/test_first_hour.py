@@ -414,3 +414,14 @@ def test_invalid_documents_across_files_and_lists(tmp_path: Path, capsys: pytest
     err = capsys.readouterr().err
     assert re.search(r"a\.yaml: document 1 items\[0\] \(ConfigMap, no name\): metadata\.name: required", err), err
     assert re.search(r"b\.yaml: document 1 \(ConfigMap c\): metadata\.labels: must be a map of strings", err), err
+
+
+def test_the_readme_shows_the_quick_start_up_prints() -> None:
+    """The README's real-control-plane block is what `python -m tests.realcluster up` prints (which
+    tests/test_realcluster_status.py runs verbatim), so the two cannot drift apart."""
+    from tests.realcluster.__main__ import quick_start
+
+    printed = quick_start(Path("/tmp/real.kubeconfig"), Path("<the built kubectl's directory>/kubectl"))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = "\n".join(line.strip() for line in printed.splitlines())
+    assert f"```sh\n{block}\n```" in readme, block

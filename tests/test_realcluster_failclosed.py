@@ -19,7 +19,7 @@ import pytest
 
 from tests.backends import RealBackend, deployment_manifest, protect_with_user, unique
 from tests.realcluster.cluster import RealCluster
-from tests.realcluster.teardown import Observer, RetryingDeleter, Story, apply_story, wait_for
+from tests.realcluster.teardown import Observer, RepeatingDeleter, Story, apply_story, wait_for
 
 pytestmark = pytest.mark.realcluster
 
@@ -44,7 +44,7 @@ def _finalizers(cluster: RealCluster, story: Story) -> contextlib.AbstractContex
 
 def _teardown(cluster: RealCluster, story: Story) -> None:
     with _finalizers(cluster, story):
-        assert RetryingDeleter(cluster.admin, story.paths()).run(timeout=120), "cleanup did not finish"
+        assert RepeatingDeleter(cluster.admin, story.paths()).run(timeout=120), "cleanup did not finish"
 
 
 def test_a_stopped_gate_fails_gated_deletes_with_failed_calling_webhook(cluster: RealCluster) -> None:
@@ -91,7 +91,7 @@ def test_a_gate_restarted_mid_teardown_lets_it_complete(cluster: RealCluster) ->
     story = Story.make("restart")
     apply_story(cluster.kubectl, cluster.admin, story)
     observer = Observer(cluster.admin, story.paths())
-    deleter = RetryingDeleter(cluster.admin, story.paths())
+    deleter = RepeatingDeleter(cluster.admin, story.paths())
     finished: list[bool] = []
     with _finalizers(cluster, story):
         observer.start()

@@ -1,7 +1,7 @@
 """Control-plane faults in the middle of a bulk teardown, on a real control plane (issue 13).
 
 Each teardown is the reference story (tests/realcluster/teardown.py) deleted all at once by a
-ManifestWork-style retrying deleter while the provider's finalizer controller runs, and a fault hits
+repeating deleter (every refused DELETE re-sent) while the provider's finalizer controller runs, and a fault hits
 once the gate has refused the first DELETE (the teardown is under way):
 
 - kube-apiserver restarted (SIGTERM, start, /readyz);
@@ -53,7 +53,7 @@ from tests.realcluster.cluster import RealCluster, built_binaries
 from tests.realcluster.controlplane import ControlPlane, free_port, write_kubeconfig
 from tests.realcluster.gate import GateProcess, criticalsvc, install, served_certificate
 from tests.realcluster.loadbalancer import pipe
-from tests.realcluster.teardown import FinalizerController, Observer, RetryingDeleter, Story, apply_story, wait_for
+from tests.realcluster.teardown import FinalizerController, Observer, RepeatingDeleter, Story, apply_story, wait_for
 
 pytestmark = pytest.mark.realcluster
 
@@ -302,7 +302,7 @@ def _must_be_gone(story: Story) -> dict[str, list[str]]:
 @attrs.define
 class Teardown:
     story: Story
-    deleter: RetryingDeleter
+    deleter: RepeatingDeleter
     observer: Observer
     client: Resilient
     started: float  # monotonic
@@ -334,7 +334,7 @@ class Teardown:
         return ", ".join(f"{k} {t:+.1f}" for k, t in sorted(kinds.items(), key=lambda kv: kv[1]))
 
 
-def teardown_during(cluster: RealCluster, story: Story, fault: Callable[[RetryingDeleter], tuple[float, float]],
+def teardown_during(cluster: RealCluster, story: Story, fault: Callable[[RepeatingDeleter], tuple[float, float]],
                     *, timeout: float = 150) -> Teardown:
     """Apply the story, then tear it down while `fault(deleter)` runs (it returns when the fault began
     and ended); assert the teardown finished, in the safe order, with no wrong ALLOW."""
@@ -343,7 +343,7 @@ def teardown_during(cluster: RealCluster, story: Story, fault: Callable[[Retryin
     controller = FinalizerController(Resilient(cluster.admin), deployment_path=story.deployment_path,  # type: ignore[arg-type]
                                      crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
     observer = Observer(cluster.admin, story.paths())
-    deleter = RetryingDeleter(client, story.paths())  # type: ignore[arg-type]
+    deleter = RepeatingDeleter(client, story.paths())  # type: ignore[arg-type]
     done: list[bool] = []
     worker = threading.Thread(target=lambda: done.append(deleter.run(timeout=timeout)), daemon=True,
                               name="retrying-deleter")
@@ -366,7 +366,7 @@ def teardown_during(cluster: RealCluster, story: Story, fault: Callable[[Retryin
     return result
 
 
-def _first_refusal(deleter: RetryingDeleter) -> None:
+def _first_refusal(deleter: RepeatingDeleter) -> None:
     wait_for(lambda: any(a.status == 403 for a in deleter.attempts), timeout=60,
              what="the first refusal (the teardown under way)", interval=0.05)
 
@@ -414,7 +414,7 @@ def test_apiserver_restarted_mid_teardown_completes_in_order(faults: Faults) -> 
     plane = faults.plane
     log_offset = faults.gate.process.log_path.stat().st_size
 
-    def restart(deleter: RetryingDeleter) -> tuple[float, float]:
+    def restart(deleter: RepeatingDeleter) -> tuple[float, float]:
         _first_refusal(deleter)
         start = time.monotonic()
         plane.restart_apiserver()
@@ -448,7 +448,7 @@ def test_etcd_restarted_mid_teardown_completes_in_order(faults: Faults) -> None:
     apiserver_back: list[float] = []
     stopped: list[float] = []
 
-    def restart(deleter: RetryingDeleter) -> tuple[float, float]:
+    def restart(deleter: RepeatingDeleter) -> tuple[float, float]:
         _first_refusal(deleter)
         start = time.monotonic()
         plane.etcd.stop()  # restart_etcd's own stop then finds it stopped
@@ -496,7 +496,7 @@ def test_apiserver_frozen_mid_teardown_recovers_in_order(faults: Faults) -> None
     readyz: Counter[int] = Counter()
     frozen_at: list[float] = []  # wall clock, as the gate's log
 
-    def freeze(deleter: RetryingDeleter) -> tuple[float, float]:
+    def freeze(deleter: RepeatingDeleter) -> tuple[float, float]:
         _first_refusal(deleter)
         frozen_at.append(time.time())
         start = time.monotonic()

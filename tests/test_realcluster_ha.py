@@ -16,12 +16,12 @@ import shutil
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cryptography import x509
+from test_realcluster_faults import Resilient, _must_be_gone
 
 from tests.backends import DeleteStream, protect_with_user
 from tests.realcluster import admission_metrics
@@ -29,11 +29,14 @@ from tests.realcluster.admission_metrics import AdmissionCalls
 from tests.realcluster.cluster import RealCluster, built_binaries, real_cluster
 from tests.realcluster.gate import SECRET_KEYS, criticalsvc
 from tests.realcluster.secretvolume import project
-from tests.realcluster.teardown import FinalizerController, Observer, RetryingDeleter, Story, apply_story, wait_for
+from tests.realcluster.teardown import FinalizerController, Observer, RepeatingDeleter, Story, apply_story, wait_for
 
 pytestmark = pytest.mark.realcluster
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/criticalsvc-system/leases/criticalsvc-status"
+# A replica killed under a sequential deleter: calls fail only until the balancer's next health check.
+MAX_FAILED_ON_KILL = 3
+KILL_NOTICED_WITHIN = 2.0  # seconds after the kill: the 0.25 s check, its 1 s connect budget, slack
 RELOADS = "criticalsvc_certificate_reloads_total"
 
 
@@ -49,25 +52,38 @@ def _holder(cluster: RealCluster) -> str:
     return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
 
 
-def _teardown_during(cluster: RealCluster, story: Story, fault: Any) -> tuple[RetryingDeleter, Observer]:
+def _teardown_during(cluster: RealCluster, story: Story,
+                     fault: Callable[[RepeatingDeleter], None]) -> tuple[RepeatingDeleter, Observer]:
+    """Tear the story down while `fault(deleter)` runs; assert it finished, in the safe order (the observer),
+    and that every DELETE answered 200 found what it protects gone right then (as the fault tests do)."""
     apply_story(cluster.kubectl, cluster.admin, story)
     controller = FinalizerController(cluster.admin, deployment_path=story.deployment_path,
                                      crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
     observer = Observer(cluster.admin, story.paths())
-    deleter = RetryingDeleter(cluster.admin, story.paths())
+    client = Resilient(cluster.admin, must_be_gone=_must_be_gone(story))
+    deleter = RepeatingDeleter(client, story.paths())  # type: ignore[arg-type]
     done: list[bool] = []
     worker = threading.Thread(target=lambda: done.append(deleter.run(timeout=180)), daemon=True)
     controller.start()
     observer.start()
     worker.start()
     try:
-        fault()
+        fault(deleter)
         worker.join(200)
     finally:
         observer.stop()
         controller.stop()
     assert done == [True], "the teardown did not finish"
+    assert observer.order_violations(story.dependents()) == []
+    assert client.wrong_allows == [], client.wrong_allows
+    assert set(client.allowed) == set(_must_be_gone(story)), client.allowed  # each provider's 200 was checked
     return deleter, observer
+
+
+def _first_refusal(deleter: RepeatingDeleter) -> None:
+    """The teardown is under way: the gate has refused a DELETE (the fault then lands mid-teardown)."""
+    wait_for(lambda: any(a.status == 403 for a in deleter.attempts), timeout=60,
+             what="the first refusal (the teardown under way)", interval=0.05)
 
 
 def test_leader_killed_mid_teardown_no_wrong_allow_and_a_new_leader_takes_over(ha: RealCluster) -> None:
@@ -78,16 +94,15 @@ def test_leader_killed_mid_teardown_no_wrong_allow_and_a_new_leader_takes_over(h
     victim = next(g for g in ha.gate.replicas if g.process.name == leader)
     took: list[float] = []
 
-    def kill_leader() -> None:
-        time.sleep(0.5)  # let the first DELETE pass be refused
+    def kill_leader(deleter: RepeatingDeleter) -> None:
+        _first_refusal(deleter)
         victim.kill()
         killed = time.monotonic()
         wait_for(lambda: _holder(ha) not in ("", leader), timeout=60, what="a new leader", interval=0.2)
         took.append(time.monotonic() - killed)
 
     story = Story.make("leaderkill")
-    deleter, observer = _teardown_during(ha, story, kill_leader)
-    assert observer.order_violations(story.dependents()) == []
+    deleter, _observer = _teardown_during(ha, story, kill_leader)
     assert deleter.refused(), "the gate never held anything back"
     assert took and took[0] <= 15 + 2 + 5, f"takeover took {took}"  # lease 15 s + retry period 2 s + slack
     victim.start()  # back to two replicas for the next test
@@ -110,19 +125,25 @@ def test_a_non_leader_killed_mid_teardown_changes_nothing_for_the_teardown(ha: R
     leader = _holder(ha)
     victim = next(g for g in ha.gate.replicas if g.process.name != leader)
 
-    def kill_follower() -> None:
-        time.sleep(0.5)  # let the first DELETE pass be refused
+    killed: list[float] = []
+
+    def kill_follower(deleter: RepeatingDeleter) -> None:
+        _first_refusal(deleter)
         victim.kill()
+        killed.append(time.monotonic())
 
     story = Story.make("followerkill")
-    deleter, observer = _teardown_during(ha, story, kill_follower)
-    assert observer.order_violations(story.dependents()) == []
+    deleter, _observer = _teardown_during(ha, story, kill_follower)
     assert deleter.refused(), "the gate never held anything back"
     assert _holder(ha) == leader
     failed = [a for a in deleter.attempts if a.status >= 500]
     victim.start()
     print(f"\nnon-leader kill -9: {len(deleter.attempts)} DELETEs, {len(failed)} failed calls (in flight on the "
-          f"killed replica; retried)")
+          f"killed replica; retried): {[(round(a.at - killed[0], 2), a.status) for a in failed]}")
+    # The deleter sends one request at a time, and the balancer stops routing to the dead replica at its next
+    # health check (every 0.25 s): only the call in flight and those in that moment can fail.
+    assert len(failed) <= MAX_FAILED_ON_KILL, [(a.key, a.status, a.message) for a in failed]
+    assert all(a.at - killed[0] <= KILL_NOTICED_WITHIN for a in failed), [a.at - killed[0] for a in failed]
 
 
 def _protected_provider(cluster: RealCluster) -> str:

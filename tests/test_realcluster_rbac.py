@@ -9,7 +9,7 @@ import pytest
 
 from tests.backends import RealBackend
 from tests.realcluster.cluster import RealCluster
-from tests.realcluster.teardown import RetryingDeleter, Story, wait_for
+from tests.realcluster.teardown import RepeatingDeleter, Story, wait_for
 
 pytestmark = pytest.mark.realcluster
 
@@ -42,6 +42,6 @@ def test_a_type_the_gate_may_not_read_blocks_only_what_depends_on_it(realcluster
     wait_for(lambda: "objects still carry finalizer" in _denial(realcluster, story.deployment_path), timeout=90,
              what="the gate to read the CRs once the reader role is aggregated")
 
-    deleter = RetryingDeleter(realcluster.admin, story.paths())
+    deleter = RepeatingDeleter(realcluster.admin, story.paths())
     with RealBackend(realcluster).finalizer_controller(story):
         assert deleter.run(timeout=120), "the story did not come apart once the gate could read it"

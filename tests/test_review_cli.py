@@ -219,3 +219,33 @@ def test_console_script_reads_stdin_and_reports_bad_input_in_one_line():
                           text=True, timeout=60, check=False)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == "criticalsvc review: <stdin>: request.uid: required\n"
+
+
+def _create_configmap_provider(tmp_path: Path) -> str:
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-create", "kind": {"group": "criticalsvc.io", "version": "v1alpha1", "kind": "CriticalService"},
+        "resource": {"group": "criticalsvc.io", "version": "v1alpha1", "resource": "criticalservices"},
+        "name": "keeps-config", "operation": "CREATE", "userInfo": {"username": "alice"},
+        "object": {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService",
+                   "metadata": {"name": "keeps-config"},
+                   "spec": {"provider": {"group": "", "resource": "configmaps", "namespace": "finalizer-namespace",
+                                         "name": "settings"},
+                            "criteria": [{"type": "SpecificResource", "specificResource": {
+                                "group": "apps", "resource": "deployments", "namespace": "finalizer-namespace",
+                                "name": "finalizer-deployment"}}]}}}}
+    path = tmp_path / "create.json"
+    path.write_text(json.dumps(review))
+    return str(path)
+
+
+def test_review_answers_as_a_default_gate_which_routes_provider_types_itself(tmp_path, capsys):
+    """A ConfigMap provider: a default `serve` routes configmaps itself (criticalsvc-providers) and warns nothing,
+    so `review` warns nothing either; --no-manage-provider-webhooks answers as a gate run with that flag."""
+    code, out, _ = review_cli(capsys, "--state", STORY, _create_configmap_provider(tmp_path))
+    response = json.loads(out)["response"]
+    assert code == 0 and response["allowed"] is True
+    assert "warnings" not in response, response
+    code, out, _ = review_cli(capsys, "--state", STORY, "--no-manage-provider-webhooks",
+                              _create_configmap_provider(tmp_path))
+    (warning,) = json.loads(out)["response"]["warnings"]
+    assert warning.startswith("spec.provider: the webhook configuration sends no DELETE of configmaps to the gate")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import io
 import json
@@ -15,6 +16,7 @@ import httpx
 import orjson
 import pytest
 import structlog
+from kubefakes import Unreadable, state_with
 
 from criticalsvc.admission import AdmissionRequest
 from criticalsvc.api import BREAK_GLASS_ANNOTATION, CRDS, GroupResource, ObjectRef
@@ -520,3 +522,115 @@ async def test_rejections_are_logged_without_the_body(
     [line] = [line for line in logs() if line["event"] == "request rejected"]
     assert line["level"] == "warning" and line["status"] == 400 and line["reason"] == "malformed"
     assert "secret-marker" not in json.dumps(logs())
+
+
+# --- a CriticalService's CREATE waits (bounded) for a cache that is syncing ------------------------------------
+PVCS = GroupResource("", "persistentvolumeclaims")
+
+
+def _cs(name: str, provider: str, criterion: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": name},
+            "spec": {"provider": {"group": "", "resource": "persistentvolumeclaims", "namespace": "shop",
+                                  "name": provider}, "criteria": [criterion]}}
+
+
+class SyncingSource:
+    """Caches with the claims type still syncing until `sync()`; `waits` counts wait_changed calls."""
+
+    def __init__(self, *, forbidden: bool = False) -> None:
+        self.memory = state_with(_cs("team-a", "data", {"type": "Resources", "resources": {
+            "group": "", "resource": "persistentvolumeclaims", "namespace": "shop",
+            "selector": {"matchLabels": {"role": "cache"}}}}))
+        self.synced, self.forbidden, self.waits = False, forbidden, 0
+        self.changed = asyncio.Event()
+        self.ready = True
+
+    @property
+    def state(self) -> Any:
+        return self.memory if self.synced else Unreadable(self.memory, PVCS)
+
+    def syncing(self) -> bool:
+        return not self.synced and not self.forbidden
+
+    async def wait_changed(self, timeout: float) -> bool:
+        self.waits += 1
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self.changed.wait()
+        return self.changed.is_set()
+
+    def sync(self) -> None:
+        self.synced = True
+        self.changed.set()
+
+
+def _create_team_c() -> dict[str, Any]:
+    # team-c waits for team-a's claim and protects a claim team-a's criterion might select: a cycle or not
+    # depends on the claims' labels, which the syncing cache does not have yet.
+    obj = _cs("team-c", "cache", {"type": "SpecificResource", "specificResource": {
+        "group": "", "resource": "persistentvolumeclaims", "namespace": "shop", "name": "data"}})
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "c1", "kind": {"group": "criticalsvc.io", "version": "v1alpha1", "kind": "CriticalService"},
+        "resource": {"group": "criticalsvc.io", "version": "v1alpha1", "resource": "criticalservices"},
+        "name": "team-c", "operation": "CREATE", "userInfo": {"username": "alice"}, "object": obj}}
+
+
+async def test_a_critical_service_create_waits_for_a_syncing_cache_instead_of_being_refused() -> None:
+    source = SyncingSource()
+    webhook = make_webhook(source, sync_wait=5.0)
+    asyncio.get_running_loop().call_later(0.2, source.sync)
+    response = (await post_review(webhook, _create_team_c())).json()["response"]
+    assert response["allowed"] is True, response
+    assert source.waits == 1
+
+
+async def test_the_wait_is_bounded_and_then_refuses_as_unverifiable() -> None:
+    source = SyncingSource()
+    webhook = make_webhook(source, sync_wait=0.3)
+    started = asyncio.get_running_loop().time()
+    response = (await post_review(webhook, _create_team_c())).json()["response"]
+    assert asyncio.get_running_loop().time() - started < 2.0
+    assert response["allowed"] is False
+    assert "could not verify" in response["status"]["message"]
+
+
+async def test_a_type_the_gate_may_not_list_is_not_waited_for() -> None:
+    source = SyncingSource(forbidden=True)
+    response = (await post_review(make_webhook(source, sync_wait=5.0), _create_team_c())).json()["response"]
+    assert response["allowed"] is False and source.waits == 0
+    assert "403 Forbidden" in response["status"]["message"]
+
+
+# --- a CriticalService's CREATE warns when the gate may not read a type it names ------------------------------
+class FakeAccess:
+    def __init__(self, *unlistable: GroupResource) -> None:
+        self.denied, self.asked = set(unlistable), []
+
+    async def unlistable(self, types: Any, *, timeout: float) -> list[GroupResource]:
+        self.asked.append(list(types))
+        return [gr for gr in types if gr in self.denied]
+
+
+def _create(cs: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "w1", "kind": {"group": "criticalsvc.io", "version": "v1alpha1", "kind": "CriticalService"},
+        "resource": {"group": "criticalsvc.io", "version": "v1alpha1", "resource": "criticalservices"},
+        "name": cs["metadata"]["name"], "operation": "CREATE", "userInfo": {"username": "alice"}, "object": cs}}
+
+
+async def test_a_critical_service_naming_a_type_the_gate_may_not_list_is_admitted_with_a_warning(
+        state: MemoryState, source: StaticStateSource) -> None:
+    (cs,) = [m.obj for m in load_path(str(STORY)) if m.kind == "CriticalService"]
+    access = FakeAccess(COOL)
+    response = (await post_review(make_webhook(source, read_access=access, manages_routes=True),
+                                  _create(copy.deepcopy(dict(cs))))).json()["response"]
+    assert response["allowed"] is True
+    assert response["warnings"] == [
+        'spec.criteria[0]: the gate may not list coolresources.my.crd.group; what depends on it is refused as '
+        'unverifiable until a ClusterRole labelled criticalsvc.io/aggregate-to-reader="true" grants get, list, '
+        'watch on coolresources.my.crd.group']
+    assert access.asked == [[GroupResource("apps", "deployments"), COOL, CRDS]]
+    # Readable: no warning.
+    response = (await post_review(make_webhook(source, read_access=FakeAccess(), manages_routes=True),
+                                  _create(copy.deepcopy(dict(cs))))).json()["response"]
+    assert "warnings" not in response

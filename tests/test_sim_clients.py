@@ -47,8 +47,9 @@ def test_kubectl_deletes_in_file_order_one_request_at_a_time_and_continues_after
     assert [e.outcome for e in calls][:3] == ["denied", "denied", "marked"]
 
 
-def test_manifestwork_agent_retries_each_refusal_with_backoff_capped_at_60_seconds():
-    """A refused object is retried 50 ms·2ⁿ apart, up to 60 s, for as long as it is refused."""
+def test_manifestwork_agent_sends_one_delete_and_the_garbage_collector_retries_the_refusal():
+    """The agent's one DELETE of a refused object, never repeated; then the garbage collector's, 5 ms·2ⁿ apart,
+    once the AppliedManifestWork that owned it is gone."""
     cluster = Cluster(seed=0)
     infra, service_doc = ORPHAN_SERVICE.rsplit("---\n", 1)
     cluster.load(load_text(infra, "infra.yaml", bundle="manifestwork/infra"))
@@ -56,20 +57,29 @@ def test_manifestwork_agent_retries_each_refusal_with_backoff_capped_at_60_secon
     service = ObjectRef(GroupResource("criticalsvc.io", "criticalservices"), "", "ctrl")
     cluster.teardown("manifestwork", bundles=["manifestwork/svc"])
     cluster.engine.run(until=cluster.engine.now() + 600)
-    times = [e.time for e in cluster.timeline.of(service) if e.outcome == "denied"]
+    denied = [e for e in cluster.timeline.of(service) if e.outcome == "denied"]
+    assert [e.actor for e in denied if e.actor != "garbage-collector"] == ["manifestwork/svc"]
+    times = [e.time for e in denied if e.actor == "garbage-collector"]
     gaps = [round(b - a, 6) for a, b in itertools.pairwise(times)]
-    assert gaps[:4] == pytest.approx([0.05, 0.1, 0.2, 0.4])
-    assert max(gaps) == pytest.approx(60.0) and gaps[-1] == pytest.approx(60.0)
+    assert gaps[:4] == pytest.approx([0.005, 0.01, 0.02, 0.04])
+    assert all(b == pytest.approx(2 * a) for a, b in itertools.pairwise(gaps))  # no 60 s cap: it is 1000 s
+    assert not any(e.actor == "manifestwork/svc" and e.verb == "DELETE" for e in cluster.timeline.events
+                   if e.time > denied[0].time)
 
 
-def test_manifestwork_agent_uses_foreground_propagation():
-    """The OCM agent deletes with Foreground, so deleted objects first carry foregroundDeletion."""
+def test_manifestwork_agent_deletes_in_background_in_its_sorted_order():
+    """One pass, Background (no foregroundDeletion), in the AppliedManifestWork's order: group, version, resource,
+    namespace, name - the core group's namespaces first, the CRs last, not the file's order."""
     cluster = Cluster(seed=0)
     cluster.load(load_path(STORY))
     cluster.teardown("manifestwork")
     cluster.run()
-    marked = [e for e in cluster.timeline if e.actor.startswith("manifestwork/") and e.outcome == "marked"]
-    assert marked and all("foregroundDeletion" in e.reason for e in marked)
+    calls = [e for e in cluster.timeline if e.actor.startswith("manifestwork/") and e.verb == "DELETE"]
+    assert not any("foregroundDeletion" in e.reason for e in calls)
+    assert len({e.ref for e in calls}) == len(calls) == 8, "one DELETE per object, none repeated"
+    assert [e.ref.name for e in calls if e.ref is not None] == [
+        "cool-apps", "finalizer-namespace", "coolresources.my.crd.group", "finalizer-deployment",
+        "for-finalizer-deployment", "alpha", "beta", "gamma"]
 
 
 def test_namespace_client_deletes_only_namespaces_and_what_lives_outside_them():

@@ -1,6 +1,7 @@
 """CriticalService status: conditions, providerUID, blockers — computed from the state."""
 
 import pytest
+from kubefakes import Unreadable
 
 from criticalsvc.api import CRDS, GroupResource, ObjectRef
 from criticalsvc.manifests import load_path
@@ -157,3 +158,55 @@ def test_a_stored_condition_that_does_not_compile_makes_ready_false_naming_the_f
     fixed = parse_critical_service({**raw, "spec": {**raw["spec"], "criteria": [
         {**raw["spec"]["criteria"][0], "condition": "object.status.phase == 'Running'"}]}})
     assert _cond(compute_status(fixed, state, now=0), "Ready")["reason"] == "Enforcing"
+
+
+COOL = GroupResource("my.crd.group", "coolresources")
+
+
+def test_a_criterion_the_gate_cannot_read_makes_blocking_unknown_not_met(story):
+    """The reference story without the reader role: the webhook refuses the provider's DELETE as unverifiable, so
+    the status says Blocking Unknown (CannotVerify) with the webhook's reason - never CriteriaMet, never Unmet 0."""
+    state, cs = story
+    for obj in list(state.objects(COOL)):  # the CRs are gone: what is left readable would say "met"
+        state.remove(obj.ref)
+    state.remove(ObjectRef(CRDS, "", "coolresources.my.crd.group"))
+    met = compute_status(cs, state, now=1)
+    assert _cond(met, "Blocking")["status"] == "False"
+    status = compute_status(cs, Unreadable(state, COOL), now=2, previous=met)
+    blocking = _cond(status, "Blocking")
+    assert (blocking["status"], blocking["reason"]) == ("Unknown", "CannotVerify")
+    assert blocking["message"] == (
+        "criticalsvc could not verify the cluster state, so it does not allow this yet: the gate may not list "
+        'coolresources.my.crd.group (403 Forbidden): grant it get/list/watch with a ClusterRole labelled '
+        'criticalsvc.io/aggregate-to-reader="true"')
+    assert blocking["lastTransitionTime"] == "1970-01-01T00:00:02Z"
+    assert status["unmetCriteria"] is None  # the merge patch removes it: the Unmet column is empty, not 0
+    assert _cond(status, "Ready")["reason"] == "Enforcing"  # the provider's DELETE is refused: it is enforced
+    assert not same_status(met, status)
+
+
+def test_criteria_that_can_be_read_still_name_their_blockers_while_another_cannot(story):
+    state, cs = story
+    status = compute_status(cs, Unreadable(state, COOL), now=1)
+    assert _cond(status, "Blocking")["status"] == "Unknown"
+    # criterion 1 (the CRD) is readable and unmet: its index is its own, not shifted by the unreadable one
+    assert [b["criterion"] for b in status["blockers"]] == [1]
+
+
+def test_provider_uid_follows_the_provider_while_criteria_cannot_be_read(story):
+    state, cs = story
+    old = compute_status(cs, state, now=1)
+    provider = state.get(cs.provider)
+    state.upsert(KubeObject(provider.group_resource, provider.namespace, provider.name, uid="re-created"))
+    status = compute_status(cs, Unreadable(state, COOL), now=2, previous=old)
+    assert status["providerUID"] == "re-created"
+
+
+def test_a_provider_whose_type_cannot_be_read_is_blocking_unknown_and_has_no_stale_uid(story):
+    state, cs = story
+    deployments = GroupResource("apps", "deployments")
+    status = compute_status(cs, Unreadable(state, deployments), now=1)
+    blocking = _cond(status, "Blocking")
+    assert (blocking["status"], blocking["reason"]) == ("Unknown", "CannotVerify")
+    assert "the gate may not list deployments.apps (403 Forbidden)" in blocking["message"]
+    assert status["providerUID"] is None and status["unmetCriteria"] is None

@@ -9,9 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
+from kubefakes import Unreadable
 from kubernetes.aio import client as aclient
 
 from criticalsvc.admission import parse_review
+from criticalsvc.api import GroupResource
 from criticalsvc.decision import decide
 from criticalsvc.manifests import load_path
 from criticalsvc.server import StaticStateSource
@@ -207,3 +209,27 @@ def test_a_failed_event_write_does_not_stop_later_events(cluster):
 
     (event,) = asyncio.run(main())
     assert event["message"] == "kept"
+
+
+def test_a_type_the_gate_cannot_read_is_written_as_blocking_unknown(cluster):
+    """The status is written, not skipped, while a criterion's type is unreadable: Blocking Unknown with the
+    webhook's reason, no Unmet count (it used to keep whatever was written last, "may go" included)."""
+    store, url = cluster
+
+    def status() -> Any:
+        return httpx.get(f"{url}{CS_PATH}").json().get("status")
+
+    async def main() -> Any:
+        api = aclient.ApiClient(aclient.Configuration(host=url))
+        source = StaticStateSource(Unreadable(store.state, GroupResource("my.crd.group", "coolresources")))
+        writer = StatusWriter(api_client=api, source=source, identity="replica-a", interval=0.2)
+        try:
+            return await _run_for([writer.run_elected()], status)
+        finally:
+            await api.close()
+
+    written = asyncio.run(main())
+    blocking = next(c for c in written["conditions"] if c["type"] == "Blocking")
+    assert (blocking["status"], blocking["reason"]) == ("Unknown", "CannotVerify")
+    assert "the gate may not list coolresources.my.crd.group (403 Forbidden)" in blocking["message"]
+    assert "unmetCriteria" not in written and written["providerUID"]

@@ -222,6 +222,15 @@ def test_a_workload_without_replicas_has_the_default_one_and_scaling_it_to_zero_
     assert decide_update(scale_state(), WEB, deployment(None), deployment(0)).rule is Rule.SCALE_TO_ZERO
 
 
+@pytest.mark.parametrize("old_spec", [{"replicas": "3"}, {"replicas": True}, None, "garbled"],
+                         ids=["string", "bool", "null-spec", "spec-not-an-object"])
+def test_a_scale_to_zero_from_a_replica_count_that_cannot_be_read_is_denied(old_spec: Any):
+    """An old object whose replicas the gate cannot read might have run any number: fail closed, as for 3 -> 0."""
+    old = {**deployment(3), "spec": old_spec}
+    d = decide_update(scale_state(), WEB, old, deployment(0))
+    assert not d.allowed and d.rule is Rule.SCALE_TO_ZERO, d
+
+
 def test_scale_to_zero_is_allowed_once_the_criteria_hold_or_the_workload_terminates():
     met = decide_update(scale_state(lock_exists=False), WEB, deployment(2), deployment(0))
     assert met.allowed and met.rule is Rule.CRITERIA_MET and met.protected

@@ -75,6 +75,7 @@ class CacheState:
         # Set the first time every cache has synced; see `ready`.
         self._was_ready = False
         self._changed = asyncio.Event()
+        self._change_waiters: list[asyncio.Future[None]] = []
 
     # --- lifecycle ------------------------------------------------------------------------------------
     @property
@@ -149,8 +150,34 @@ class CacheState:
                     await self._changed.wait()
         return True
 
+    def syncing(self) -> bool:
+        """Some cache may still sync, or discovery is under way: an answer refused now may be given soon (a
+        cache the gate may not list, 403, is not counted: it waits for a grant, not for time)."""
+        if self.served.discovered is None or self.served.pending:
+            return True
+        return any(not r.synced.is_set() and not r.forbidden for r in self.watches.reflectors.values())
+
+    async def wait_changed(self, timeout: float) -> bool:
+        """Return True at the next change of the caches (a reflector synced, the watch set or discovery changed),
+        False after `timeout` seconds without one. Registered before the first await: a change after the
+        caller's last look at the state is never missed (one event loop)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._change_waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with contextlib.suppress(ValueError):
+                self._change_waiters.remove(waiter)
+
     def _notify(self) -> None:
         self._changed.set()
+        for waiter in self._change_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def counts(self) -> dict[str, int]:
         """Objects held per watched resource (criticalsvc_cache_objects{resource})."""

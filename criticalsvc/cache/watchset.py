@@ -12,7 +12,7 @@ another version or scope, loses its reflector at once.
 Conditions. A type that a criterion's condition (criticalsvc/condition.py) is about is watched with
 whole objects, not metadata only, because a condition reads spec and status; as an object enters the
 cache, the conditions of the criteria it is a candidate of are evaluated on it and only their outcomes
-are kept (criticalsvc/criteria.py `project_for`, criticalsvc/objects.py), so decisions evaluate no
+are kept (criticalsvc/projection.py `project_for`, criticalsvc/objects.py), so decisions evaluate no
 CEL. When the conditioned criteria on a type change (a CriticalService adds, edits or drops one, or
 moves one to another namespace), its reflector is replaced: the fresh LIST evaluates the
 new set on every object, and until it has synced the decisions that need the type are refused, as

@@ -2,7 +2,8 @@
 
 Reads one AdmissionReview (v1) and a cluster snapshot (a multi-document YAML or a `kind: List`, as
 `kubectl get ... -o yaml` writes it) and prints the gate's AdmissionReview response. It runs the same
-`decide` the webhook runs, on the snapshot instead of the watch caches.
+`decide` the webhook runs, on the snapshot instead of the watch caches, with the settings of a default
+`serve` (--no-manage-provider-webhooks answers as a gate run with that flag).
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ def register(sub: Any) -> None:
         description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--state", required=True, metavar="STATE.yaml",
                    help="cluster snapshot: multi-document YAML or kind: List (file, directory or -)")
+    # A default `serve` writes the routes of provider types itself (criticalsvc/routing.py), so it warns nothing
+    # about a provider type the shipped configuration does not route; `review` answers as that gate does.
+    p.add_argument("--manage-provider-webhooks", action=argparse.BooleanOptionalAction, default=True,
+                   help="answer as `serve` does with this setting: by default the gate routes every provider type "
+                        "itself; with --no-manage-provider-webhooks a CriticalService whose provider type the "
+                        "shipped configuration does not route is warned about, as such a gate warns")
     p.add_argument("review", nargs="?", default="-", metavar="REVIEW.json",
                    help="AdmissionReview v1 request (default: standard input)")
     p.set_defaults(run=run)
@@ -57,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         request = parse_review(review)
     except InvalidInput as exc:
         raise exc.located(where) from None
-    decision = decide(request, state)
+    decision = decide(request, state, manages_routes=args.manage_provider_webhooks)
     json.dump(render_response(request.uid, decision), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -232,6 +232,7 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
         tasks: list[asyncio.Task[Any]] = []
         on_decision = None
         manages_routes = False
+        read_access = None
         if args.state:
             from ..manifests import load_path
             from ..snapshot import build_state
@@ -251,6 +252,9 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             cache = CacheState(transport, on_watch_restart=lambda r: metrics.watch_restarts.labels(r).inc())
             reader = LiveReader(transport, mapper=cache.mapper)
             source, confirm, needs_confirmation = cache, reader.confirm, reader.needs_confirmation
+            from ..cache.access import ReadAccess
+
+            read_access = ReadAccess(transport)
             await cache.start()
             stack.push_async_callback(cache.stop)
             if not args.no_status:
@@ -279,7 +283,8 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
                     replayer.record(request, decision)
 
         webhook = Webhook(source, confirm=confirm, needs_confirmation=needs_confirmation, metrics=metrics,
-                          max_body_bytes=args.max_body_bytes, on_decision=on_decision, manages_routes=manages_routes)
+                          max_body_bytes=args.max_body_bytes, on_decision=on_decision, manages_routes=manages_routes,
+                          read_access=read_access)
         service = Service(webhook, listen=listen, tls=tls, ops_listen=ops_listen,
                           cert_check_interval=args.cert_check_interval)
         stack.callback(service.close)

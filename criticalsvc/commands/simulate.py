@@ -42,7 +42,8 @@ from .plan import add_bundle_arguments, load_bundles
 WIDTH = 120  # fixed, so the output is the same in a terminal, a pipe and a test
 
 CLIENT_WORDS = {
-    "manifestwork": "the ManifestWork agent: everything at once, each refusal retried with backoff 50 ms → 60 s",
+    "manifestwork": ("the ManifestWork agent: one pass of DELETEs, refusals dropped; the garbage collector "
+                     "deletes what was refused, retrying up to 1000 s"),
     "kubectl": "kubectl delete -f: one pass in file order, no retry",
     "namespace": "namespace deletion: the bundle's namespaces (and what lives outside them), retried; "
                  "the namespace controller deletes the content",

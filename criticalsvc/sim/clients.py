@@ -1,15 +1,18 @@
 """Clients that delete a bundle, each with its real retry behaviour.
 
     ManifestWorkAgent   the Open Cluster Management work agent removing a deleted ManifestWork's
-                        resources: everything at once, Foreground propagation (OCM's default), and
-                        every refused DELETE retried per object with backoff 50 ms·2ⁿ ≤ 60 s
+                        resources: ONE pass of DELETEs (Background, UID precondition) in the sorted
+                        order of the AppliedManifestWork's status; a refused object is dropped and
+                        never sent again; it waits (50 ms·2ⁿ ≤ 60 s) only for what it deleted, then
+                        removes the AppliedManifestWork, and the garbage collector deletes the refused
+                        objects, which it owns (design/kubernetes-semantics.md §8)
     KubectlDelete       `kubectl delete -f BUNDLE --ignore-not-found`: one pass in file order, one
                         request at a time, no retry; a denial is printed and the pass continues [K1][K2].
                         `repeat=SECONDS` models a person (or a script) re-running it until it succeeds.
     NamespaceDelete     deletes the bundle's namespaces and leaves their content to the namespace
                         controller; what lives outside those namespaces (CRDs, CriticalServices, objects
-                        in namespaces the bundle does not own) it deletes itself. Retries like the
-                        ManifestWork agent — a tenant-removal controller, not a person.
+                        in namespaces the bundle does not own) it deletes itself. Retries each refusal
+                        (50 ms·2ⁿ ≤ 60 s) — a tenant-removal controller, not a person.
 
     OwnerDelete         a garbage-collected teardown: deletes the bundle's roots (objects no other object of
                         the bundle owns) once, with Background or Foreground propagation, and leaves
@@ -117,20 +120,119 @@ class _RetryingClient(Client):
         self.engine.schedule(self.backoff.delay(failures), lambda: self._attempt(ref))
 
 
-class ManifestWorkAgent(_RetryingClient):
-    """The OCM work agent deleting one ManifestWork's resources (Foreground, as OCM does by default)."""
+class ManifestWorkAgent(Client):
+    """The OCM work agent deleting one ManifestWork's resources, as its v1.3.1 source does.
 
-    propagation = "Foreground"
+    Before the teardown (apply time) every object is owned by the bundle's AppliedManifestWork, which
+    carries the agent's finalizer (manifestwork_reconciler.go, manifestwork_controller.go). Deleting the
+    ManifestWork deletes the AppliedManifestWork; its finalize controller then:
+
+    - makes ONE pass over status.appliedResources, sorted by group, version, resource, namespace and name
+      (appliedmanifestwork_reconciler.go#L106-L124): an object already terminating is waited for; any
+      other gets a DELETE, Background, with a UID precondition (helpers.go#L172-L273);
+    - drops a refused object from the list (never sent again); forgets a 404 or a 409;
+    - resyncs at once after changing the list or failing (an update event; the framework's 5 ms requeue),
+      else requeues 50 ms·2ⁿ ≤ 60 s (appliedmanifestwork_finalize_controller.go#L54-L135) until what
+      it deleted is gone; then removes its finalizer: the AppliedManifestWork is gone.
+
+    The garbage collector (controllers/garbagecollector.py) then deletes the refused objects, the
+    AppliedManifestWork's orphans, retrying each refusal 5 ms·2ⁿ ≤ 1000 s. Upstream:
+    https://github.com/open-cluster-management-io/ocm/blob/v1.3.1/pkg/work/helper/helpers.go#L172-L273
+    """
+
+    BASE, CAP = 0.05, 60.0  # the AppliedManifestWork finalize controller's own limiter
+    REACTION = 0.01  # an update event back through the agent's informer, roughly
+    retrying = True  # the garbage collector retries for it
+    API_VERSION, KIND = "work.open-cluster-management.io/v1", "AppliedManifestWork"
+    FINALIZER = "cluster.open-cluster-management.io/applied-manifest-work-cleanup"
 
     def __init__(self, refs: Iterable[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
                  rng: random.Random, bundle: str = "") -> None:
         super().__init__(refs, store=store, engine=engine, timeline=timeline, rng=rng,
                          actor=f"manifestwork/{bundle or 'bundle'}",
                          user="system:serviceaccount:open-cluster-management-agent:klusterlet-work-sa")
+        self.name = f"hubhash-{bundle or 'bundle'}".replace("/", "-")
+        self.applied: list[ObjectRef] = []
+        self.backoff = Backoff(initial=self.BASE, maximum=self.CAP)
+        self.failures = 0
+        self.owner: ObjectRef | None = None
+        self.owner_uid = ""
+        self.passes = 0
+
+    def _own(self) -> None:
+        """Apply time: the AppliedManifestWork, and its ownerReference on every object of the bundle."""
+        created = self.store.create({"apiVersion": self.API_VERSION, "kind": self.KIND,
+                                     "metadata": {"name": self.name, "finalizers": [self.FINALIZER]}},
+                                    user=self.user, allow_unknown_kinds=True)
+        self.owner_uid = str(created["metadata"]["uid"])
+        self.owner = ObjectRef(self.store.gr_for(created), "", self.name)
+        owner = {"apiVersion": self.API_VERSION, "kind": self.KIND, "name": self.name, "uid": self.owner_uid}
+        for ref in self.refs:
+            obj = self.store.get(ref.group_resource, ref.namespace, ref.name)
+            if obj is None:
+                continue
+            obj["metadata"]["ownerReferences"] = [*(obj["metadata"].get("ownerReferences") or []), owner]
+            obj["metadata"].pop("resourceVersion", None)
+            self.store.update(obj, user=self.user)
+            self.applied.append(ref)
+
+        def order(ref: ObjectRef) -> tuple[str, str, str, str, str]:
+            t = self.store.mapper.lookup(ref.group_resource)
+            return (ref.group_resource.group, t.version if t is not None else "", ref.group_resource.resource,
+                    ref.namespace, ref.name)
+
+        self.applied.sort(key=order)
+
+    def start(self, delay: float = 0.0) -> None:
+        self._own()
+        self.engine.schedule(delay, self._delete_applied_manifestwork)
+
+    def _delete_applied_manifestwork(self) -> None:
+        assert self.owner is not None
+        self.store.delete(self.owner, user=self.user, admission=False)
+        self.engine.schedule(self.REACTION, self._sync)
+
+    def _sync(self) -> None:
+        self.passes += 1
+        pending: list[ObjectRef] = []
+        errors = 0
+        for ref in self.applied:
+            obj = self.store.state.get(ref)
+            raw = self.store.get(ref.group_resource, ref.namespace, ref.name) or {}
+            if obj is None or self.owner_uid not in {o.get("uid") for o in raw.get("metadata", {}).get(
+                    "ownerReferences") or []}:
+                continue  # gone, or not ours (helpers.go#L200-L218)
+            if obj.terminating:
+                pending.append(ref)
+                continue
+            self.attempted[ref] = None
+            try:
+                result = self.store.delete(ref, user=self.user, propagation="Background", uid=obj.uid)
+            except StatusError as exc:
+                if exc.code in (404, 409):
+                    continue
+                self.refused[ref] = (self.timeline.now(), exc.message)
+                self.timeline.record(self.actor, "DELETE", ref, describe_error(exc), exc.message)
+                errors += 1
+                continue  # dropped: never sent again
+            outcome, reason = delete_outcome(result)
+            self.timeline.record(self.actor, "DELETE", ref, outcome, reason)
+            pending.append(ref)
+        changed = pending != self.applied
+        self.applied = pending
+        if changed or errors:
+            self.engine.schedule(self.REACTION, self._sync)
+        elif pending:
+            self.failures += 1
+            self.engine.schedule(self.backoff.delay(self.failures), self._sync)
+        else:
+            assert self.owner is not None
+            self.store.remove_finalizer(self.owner, self.FINALIZER, user=self.user)
 
     def describe(self) -> str:
-        return (f"the ManifestWork agent ({self.actor}) deletes everything at once and retries each refusal "
-                f"with backoff {self.BASE * 1000:.0f} ms → {self.CAP:.0f} s")
+        return (f"the ManifestWork agent ({self.actor}) deletes everything once, in its sorted order, drops each "
+                f"refusal, waits ({self.BASE * 1000:.0f} ms → {self.CAP:.0f} s) for what it deleted, then removes "
+                "its AppliedManifestWork; the garbage collector deletes what was refused, retrying up to 1000 s")
 
 
 class NamespaceDelete(_RetryingClient):

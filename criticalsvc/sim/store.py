@@ -56,9 +56,9 @@ from ..api import (
     ObjectRef,
     parse_critical_service,
 )
-from ..criteria import conditioned_criteria, project_for
 from ..decision import Decision, decide
 from ..errors import CriticalsvcError, InvalidInput
+from ..projection import conditioned_criteria, project_for
 from ..restmapper import ResourceType, RESTMapper, guess_resource, resource_type_from_crd
 from ..state import MemoryState
 from ..timestamps import format_rfc3339

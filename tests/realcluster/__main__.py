@@ -47,6 +47,31 @@ def main(argv: list[str] | None = None) -> int:
     return _up(binaries, args)
 
 
+STORY_CRD, STORY_CSVC = "crd/coolresources.my.crd.group", "csvc/for-finalizer-deployment"
+
+
+def quick_start(kubeconfig: Path, kubectl: Path) -> str:
+    """The commands `up` prints: the reference story applied, its status read, and deleted until it is gone,
+    with the read access the gate needs for its custom resources (each line runs as it is, in bash)."""
+    story, reader = "api/examples/reference-story.yaml", "api/examples/rbac/reference-story-reader.yaml"
+    lines = [
+        f"export KUBECONFIG={kubeconfig}",
+        f"export PATH={kubectl.parent}:$PATH",
+        f"kubectl apply -f {reader}   # the gate reads every type a CriticalService names",
+        f"kubectl apply -f {story}; kubectl wait --for=condition=Established {STORY_CRD}",
+        f"kubectl apply -f {story}   # again: the CRs need their CRD first",
+        # Both criteria unmet (the CRs carry the finalizer, the CRD exists), once the gate has read the CRs.
+        f"kubectl wait --for=jsonpath='{{.status.unmetCriteria}}'=2 {STORY_CSVC} --timeout=60s; "
+        "kubectl get csvc -o wide",
+        # Until the CriticalService, which goes last, is gone (the CRs' kind stops mapping once their CRD goes).
+        f"while kubectl get {STORY_CSVC} >/dev/null 2>&1; do kubectl delete -f {story} --ignore-not-found "
+        "--wait=false; sleep 2; done   # the gate refuses what is out of order; retried",
+        f"kubectl wait --for=delete {STORY_CSVC} namespace/finalizer-namespace namespace/cool-apps --timeout=180s",
+        f"kubectl delete -f {reader}",
+    ]
+    return "\n".join(f"  {line}" for line in lines)
+
+
 def _up(binaries: build.Binaries, args: argparse.Namespace) -> int:
     from .cluster import real_cluster
     from .controlplane import KWOK_NODE
@@ -70,11 +95,9 @@ def _up(binaries: build.Binaries, args: argparse.Namespace) -> int:
         print(f"""
 Kubernetes {binaries.kubernetes_version} is up at {cluster.plane.url}, with the gate installed
 (webhooks -> {cluster.gate.url}/validate; {len(cluster.gate.replicas)} replica(s), logs in {cluster.gate.directory}).
+The reference story from apply to gone (run from the repository's root; a test runs these lines verbatim):
 
-  export KUBECONFIG={args.kubeconfig_out.resolve()}
-  alias kubectl={kubectl}
-  kubectl apply -f api/examples/reference-story.yaml     # twice: the CRs need their CRD first
-  kubectl delete -f api/examples/reference-story.yaml --wait=false
+{quick_start(args.kubeconfig_out.resolve(), kubectl)}
 
 Pods run on the fake Node {KWOK_NODE} (kwok plays its kubelet; no container runs), so while
 finalizer-deployment exists a stand-in for its controller removes the story's finalizer from deleting

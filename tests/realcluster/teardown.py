@@ -6,15 +6,18 @@
   exists it removes the story's finalizer from every CR being deleted, as the real controller would
   while its pods run; once the Deployment is gone nothing removes it (the stuck teardown the gate
   prevents).
-- `RetryingDeleter`: a ManifestWork-style deleter. It sends a DELETE for every object of the bundle,
-  then re-sends the refused ones every `interval` until every object is gone, as the OCM work agent
-  requeues a ManifestWork whose deletion failed.
-- `Observer`: polls every object's existence in rounds; `order_violations()` lists each pair where
-  a provider was seen gone while something it protects was seen alive in a later round.
+- `RepeatingDeleter`: a client that sends a DELETE for every object of the bundle, then re-sends the
+  refused ones every `interval` until every object is gone: a person re-running `kubectl delete -f`,
+  or a GitOps controller re-reconciling its prune. It is not the Open Cluster Management work agent,
+  which makes one pass and leaves its refusals to the garbage collector: that is manifestwork.py.
+- `Observer`: watches every object's collection and records the resourceVersion of each deletion;
+  `order_violations()` lists each pair where a provider was deleted before something it protects.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -159,9 +162,9 @@ class DeleteAttempt:
     at: float
 
 
-class RetryingDeleter:
+class RepeatingDeleter:
     """Deletes every path, re-sending refused DELETEs every `interval` s until all are gone, and going on
-    through whatever else it meets, as the OCM work agent requeues on any error:
+    through whatever else it meets (not the OCM work agent's one pass: see manifestwork.py):
 
     - a DELETE of a custom resource whose CRD is gone by then is answered 404 with a plain-text body
       ("404 page not found", not a Status): the object is gone;
@@ -201,45 +204,205 @@ class RetryingDeleter:
 
 
 class Observer(threading.Thread):
-    """Records, per object, the last round it was seen alive and the first round it was seen gone."""
+    """Watches the collection of every object from one resourceVersion on and records, per object, the
+    resourceVersion at which it was first marked for deletion (`marked`: a deletionTimestamp, or its
+    DELETED event) and the one at which it was deleted (`first_gone`: the DELETED event's object carries
+    the revision of the deletion), and when (`gone_at`, monotonic seconds).
+
+    A watch delivers every change in order, so two deletions between two looks cannot swap places unseen
+    (a polling observer saw both gone in the same round and took that for "in order"). The resourceVersions
+    of one API server's objects come from one sequence (etcd's revision for the real control plane, the
+    store's counter for the stand-in), so they order the deletions of objects of different types too;
+    Kubernetes calls them opaque, and nothing here does more than compare them. A watch that breaks resumes
+    from the last resourceVersion seen. Where it cannot (410 Gone: a restarted API server's watch cache
+    starts later), the collection is listed again and an object found missing was deleted somewhere in
+    between: `gone_after` holds that lower bound (for a DELETED event it equals `first_gone`), `gaps` says
+    where it happened, and `order_violations` reports a pair whose order the gap leaves unknown.
+
+    `interval` is the pause before re-watching after a break; `rounds` counts the events handled.
+    """
 
     def __init__(self, client: Client, paths: dict[str, str], *, interval: float = 0.1) -> None:
         super().__init__(daemon=True, name="observer")
         self.client, self.paths, self.interval = client, paths, interval
-        self.last_alive: dict[str, int] = {}
+        self.marked: dict[str, int] = {}
         self.first_gone: dict[str, int] = {}
+        self.gone_after: dict[str, int] = {}
         self.gone_at: dict[str, float] = {}
+        self.gaps: list[str] = []
         self.rounds = 0
         self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._uids: dict[str, str] = {}
+        self._collections: dict[str, dict[str, str]] = {}  # collection path -> name -> key
+        for key, path in paths.items():
+            collection, name = path.rsplit("/", 1)
+            self._collections.setdefault(collection, {})[name] = key
+        self._listed = threading.Barrier(len(self._collections) + 1)
+        self._watchers = [threading.Thread(target=self._watch, args=(c, names), daemon=True, name=f"observe {c}")
+                          for c, names in self._collections.items()]
+        self._open: set[Any] = set()
+
+    def start(self) -> None:
+        """Start watching; returns once every collection has been listed (what happens after is seen)."""
+        super().start()
+        for watcher in self._watchers:
+            watcher.start()
+        try:
+            self._listed.wait(timeout=60)
+        except threading.BrokenBarrierError:
+            self.stop()
+            raise AssertionError(f"the observer could not list {sorted(self._collections)} within 60 s") from None
 
     def run(self) -> None:
-        while not self.stopping.is_set():
-            self.rounds += 1
-            for key, path in self.paths.items():
-                try:
-                    alive = self.client.exists(path)
-                except Exception:
-                    continue
-                if alive:
-                    self.last_alive[key] = self.rounds
-                else:
-                    self.first_gone.setdefault(key, self.rounds)
-                    self.gone_at.setdefault(key, time.monotonic())
-            self.stopping.wait(self.interval)
+        self.stopping.wait()
 
     def stop(self) -> None:
         self.stopping.set()
-        self.join(10)
+        with self._lock:
+            responses = list(self._open)
+        for response in responses:
+            with contextlib.suppress(Exception):
+                response.close()
+        for watcher in self._watchers:
+            watcher.join(10)
+        if self.is_alive():
+            self.join(10)
+
+    # --- one collection -----------------------------------------------------------------------------
+    def _done(self, names: dict[str, str]) -> bool:
+        return all(k in self.first_gone for k in names.values())
+
+    def _watch(self, collection: str, names: dict[str, str]) -> None:
+        seen: int | None = None  # the last resourceVersion of this collection's stream handled
+        resume = False  # whether the stream can resume from `seen` (else: list again)
+        listed = False
+        while not self.stopping.is_set():
+            try:
+                if not resume:
+                    rv = self._list(collection, names, since=seen)
+                    if not listed:
+                        listed = True
+                        with contextlib.suppress(threading.BrokenBarrierError):
+                            self._listed.wait(timeout=60)
+                    if rv is None:  # the type is no longer served (its CRD deleted)
+                        self._unserved(collection, names, since=seen)
+                        return
+                    seen, resume = rv, True
+                if self._done(names):
+                    return
+                seen, resume = self._follow(collection, names, seen)
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass  # a broken stream or an unanswered list (an API server going away): resume
+            if listed and self._done(names):
+                return
+            self.stopping.wait(self.interval)
+
+    def _list(self, collection: str, names: dict[str, str], *, since: int | None) -> int | None:
+        """List the collection; what is missing from it was deleted after `since` (before the first list:
+        before the observation began). Returns the list's resourceVersion; None when the type is not served."""
+        response = self.client.request("GET", collection)
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        page = response.json()
+        rv = int(page["metadata"]["resourceVersion"])
+        present = {item["metadata"]["name"]: item for item in page.get("items") or []}
+        missed = []
+        for name, key in names.items():
+            if name in present:
+                self._event(key, "ADDED", present[name])
+            elif key not in self.first_gone:
+                missed.append(key)
+                self._gone(key, rv, after=since if since is not None else 0)
+        if since is not None and missed:
+            with self._lock:
+                self.gaps.append(f"{collection}: listed again at {rv} after {since}; {', '.join(sorted(missed))} "
+                                 "went in between")
+        return rv
+
+    def _follow(self, collection: str, names: dict[str, str], rv: int) -> tuple[int, bool]:
+        """Watch from `rv` until the stream ends: (the last resourceVersion handled, whether to resume from it)."""
+        params = {"watch": "true", "resourceVersion": str(rv), "allowWatchBookmarks": "true",
+                  "timeoutSeconds": "60"}
+        with self.client.http.stream("GET", collection, params=params,
+                                     timeout=httpx.Timeout(10.0, read=90.0)) as response:
+            if response.status_code == 410:
+                return rv, False
+            if response.status_code == 404:
+                return rv, False  # the next list says whether the type is gone
+            response.raise_for_status()
+            with self._lock:
+                self._open.add(response)
+            try:
+                for line in response.iter_lines():
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        return rv, obj.get("code") != 410
+                    key = names.get(obj["metadata"].get("name", ""))
+                    if key is not None and kind in ("ADDED", "MODIFIED", "DELETED"):
+                        self._event(key, kind, obj)
+                    rv = int(obj["metadata"]["resourceVersion"])
+                    if self._done(names):
+                        break
+            finally:
+                with self._lock:
+                    self._open.discard(response)
+        return rv, True
+
+    # --- what was seen --------------------------------------------------------------------------------
+    def _event(self, key: str, kind: str, obj: dict[str, Any]) -> None:
+        metadata = obj["metadata"]
+        rv, uid = int(metadata["resourceVersion"]), str(metadata.get("uid") or "")
+        with self._lock:
+            self.rounds += 1
+            if self._uids.setdefault(key, uid) != uid or key in self.first_gone:
+                return  # another object of the same name, after the one observed was gone
+            if kind == "DELETED" or metadata.get("deletionTimestamp"):
+                self.marked.setdefault(key, rv)
+        if kind == "DELETED":
+            self._gone(key, rv)
+
+    def _gone(self, key: str, rv: int, *, after: int | None = None) -> None:
+        with self._lock:
+            if key not in self.first_gone:
+                self.marked.setdefault(key, rv)
+                self.first_gone[key] = rv
+                self.gone_after[key] = rv if after is None else after
+                self.gone_at[key] = time.monotonic()
+
+    def _unserved(self, collection: str, names: dict[str, str], *, since: int | None) -> None:
+        """The type is gone (its CRD deleted): what was not seen going went some time after `since`."""
+        missed = sorted(k for k in names.values() if k not in self.first_gone)
+        for key in missed:
+            self._gone(key, 1 << 62, after=since or 0)
+        if missed:
+            with self._lock:
+                self.gaps.append(f"{collection}: no longer served; {', '.join(missed)} went after {since}")
 
     def order_violations(self, dependents: dict[str, Sequence[str]]) -> list[str]:
-        """Each (provider, dependent) where the provider was seen gone before the dependent was last seen alive."""
+        """Each (provider, dependent) where the provider was deleted before the dependent, or while the dependent
+        was never deleted; and each pair whose order a gap in the watches leaves unknown."""
         found = []
         for provider, needs in dependents.items():
-            gone = self.first_gone.get(provider)
+            if provider not in self.first_gone:
+                continue
+            p_lo, p_hi = self.gone_after[provider], self.first_gone[provider]
             for dependent in needs:
-                if gone is not None and self.last_alive.get(dependent, 0) > gone:
-                    found.append(f"{provider} gone in round {gone}, {dependent} still alive in round "
-                                 f"{self.last_alive[dependent]}")
+                if dependent not in self.first_gone:
+                    found.append(f"{provider} deleted at resourceVersion {p_hi}, {dependent} never")
+                    continue
+                d_lo, d_hi = self.gone_after[dependent], self.first_gone[dependent]
+                if d_hi < p_lo:
+                    continue  # surely first
+                if p_hi < d_lo:
+                    found.append(f"{provider} deleted at resourceVersion {p_hi}, {dependent} only later, at {d_hi}")
+                else:
+                    found.append(f"{provider} (deleted within resourceVersions {p_lo}..{p_hi}) and {dependent} "
+                                 f"({d_lo}..{d_hi}): their order is not known (a gap in the watches: {self.gaps})")
         return found
 
     def order(self) -> list[str]:

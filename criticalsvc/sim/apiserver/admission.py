@@ -9,17 +9,15 @@ back to the client as `Warning` headers, on success and on refusal alike (respon
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from ..store import StatusError
-
-if TYPE_CHECKING:
-    from .standin import StandIn
+from .context import APIServer
 
 T = TypeVar("T")
 
 
-async def admitted_write(standin: StandIn, fn: Callable[[], T]) -> tuple[T, list[str]]:
+async def admitted_write(standin: APIServer, fn: Callable[[], T]) -> tuple[T, list[str]]:
     """Run the write `fn` on the writer thread; return its result and the webhooks' warnings (a
     StatusError it raises carries them in `warnings`)."""
     store = standin.store

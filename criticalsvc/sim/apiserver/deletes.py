@@ -4,7 +4,7 @@ deletecollection (label and field selectors). Finalizers, propagation and admiss
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,15 +14,13 @@ from ...restmapper import ResourceType
 from ..store import DeleteResult, StatusError
 from .admission import admitted_write
 from .bodies import request_body
+from .context import APIServer
 from .responses import json_response
 from .selectors import matcher
 from .strategy import existing
 
-if TYPE_CHECKING:
-    from .standin import StandIn
 
-
-async def delete(standin: StandIn, request: Request, *, t: ResourceType, ref: ObjectRef, params: Mapping[str, str],
+async def delete(standin: APIServer, request: Request, *, t: ResourceType, ref: ObjectRef, params: Mapping[str, str],
                  user: str) -> Response:
     """DELETE of an object: a Success Status when it is gone, the object when it is only marked."""
     options = delete_options(await request_body(request), params)
@@ -47,7 +45,7 @@ async def delete(standin: StandIn, request: Request, *, t: ResourceType, ref: Ob
     return json_response(result.object, warnings=warnings)
 
 
-async def delete_collection(standin: StandIn, request: Request, *, t: ResourceType, namespace: str | None,
+async def delete_collection(standin: APIServer, request: Request, *, t: ResourceType, namespace: str | None,
                             params: Mapping[str, str], user: str) -> Response:
     """DELETE of a collection: every matching object deleted, the results listed."""
     options = delete_options(await request_body(request), params)

@@ -14,13 +14,14 @@ RequestInfo, pkg/endpoints/installer.go registers one handler per verb and resou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ...api import GroupResource, ObjectRef
 from . import discovery, openapi, reads, writes
+from .context import APIServer
 from .deletes import delete, delete_collection
 from .printing import output_form
 from .registry import REVIEWS, served_groups
@@ -30,13 +31,10 @@ from .reviews import review
 from .subresources import subresource
 from .watch import watch
 
-if TYPE_CHECKING:
-    from .standin import StandIn
-
 _HEALTH = ("healthz", "livez", "readyz")
 
 
-async def handle(standin: StandIn, request: Request) -> Response:
+async def handle(standin: APIServer, request: Request) -> Response:
     """Answer one request (StatusErrors propagate: the caller turns them into a metav1.Status)."""
     params = dict(request.query_params.items())
     info = parse_request_info(request.method, request.url.path, params)
@@ -58,7 +56,7 @@ async def handle(standin: StandIn, request: Request) -> Response:
     raise not_served()
 
 
-async def _discovery(standin: StandIn, request: Request, info: RequestInfo) -> Response:
+async def _discovery(standin: APIServer, request: Request, info: RequestInfo) -> Response:
     """/api, /apis, /apis/<group>, /api/v1 and /apis/<group>/<version>."""
     if info.api_version and info.verb != "get":
         raise method_not_allowed(info.method)
@@ -84,7 +82,7 @@ async def _discovery(standin: StandIn, request: Request, info: RequestInfo) -> R
     return json_response(discovery.api_group_list(named))
 
 
-async def _openapi(standin: StandIn, rest: list[str]) -> Response:
+async def _openapi(standin: APIServer, rest: list[str]) -> Response:
     if rest == ["v2"]:
         # An empty protobuf document: kubectl finds no schema and skips client-side validation.
         return Response(b"", media_type=openapi.OPENAPI_V2_PROTOBUF)
@@ -99,7 +97,7 @@ async def _openapi(standin: StandIn, rest: list[str]) -> Response:
     return json_response(doc)
 
 
-async def _resource(standin: StandIn, request: Request, info: RequestInfo, params: dict[str, Any]) -> Response:
+async def _resource(standin: APIServer, request: Request, info: RequestInfo, params: dict[str, Any]) -> Response:
     if len(info.parts) > 3:
         raise not_served()
     group, version, namespace = info.api_group, info.api_version, info.namespace

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.responses import Response
 
@@ -11,15 +11,13 @@ from ...api import ObjectRef
 from ...restmapper import ResourceType
 from .. import tables
 from ..store import not_found
+from .context import APIServer
 from .printing import OutputForm, printer, table
 from .responses import json_response
 from .selectors import matcher
 
-if TYPE_CHECKING:
-    from .standin import StandIn
 
-
-async def get(standin: StandIn, *, t: ResourceType, ref: ObjectRef, form: OutputForm) -> Response:
+async def get(standin: APIServer, *, t: ResourceType, ref: ObjectRef, form: OutputForm) -> Response:
     """GET of one object: as stored, or as a one-row Table."""
     store = standin.store
 
@@ -37,7 +35,7 @@ async def get(standin: StandIn, *, t: ResourceType, ref: ObjectRef, form: Output
     return json_response(obj)
 
 
-async def list_objects(standin: StandIn, *, t: ResourceType, namespace: str | None, params: Mapping[str, str],
+async def list_objects(standin: APIServer, *, t: ResourceType, namespace: str | None, params: Mapping[str, str],
                        form: OutputForm) -> Response:
     """GET of a collection (one namespace, or all of them): a <Kind>List, a Table or a metadata-only list."""
     store = standin.store

@@ -5,7 +5,7 @@ so every review allows, as for a cluster-admin (system:masters)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -13,13 +13,11 @@ from starlette.responses import Response
 from ...restmapper import ResourceType
 from ...timestamps import format_rfc3339
 from .bodies import object_body, request_body
+from .context import APIServer
 from .responses import json_response
 
-if TYPE_CHECKING:
-    from .standin import StandIn
 
-
-async def review(standin: StandIn, request: Request, t: ResourceType) -> Response:
+async def review(standin: APIServer, request: Request, t: ResourceType) -> Response:
     """The review answered: 201 with its status filled in."""
     body = object_body(await request_body(request), t)
     user = request.headers.get("impersonate-user") or standin.default_user

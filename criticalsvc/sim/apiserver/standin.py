@@ -35,10 +35,10 @@ from starlette.routing import Route
 from ...api import NAMESPACES
 from ..engine import Callback, Engine, RealTimeEngine
 from ..store import StatusError, Store
+from .context import Watches
 from .dispatch import handle
 from .registry import EXTRA_TYPES
 from .responses import status_response
-from .watch import Watches
 
 log = structlog.get_logger("criticalsvc.sim.apiserver")
 T = TypeVar("T")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from starlette.requests import Request
@@ -16,17 +16,15 @@ from ...restmapper import ResourceType
 from ..store import StatusError, not_found, scale_of
 from .admission import admitted_write
 from .bodies import check_identity, dry_run, json_body, object_body, request_body
+from .context import APIServer
 from .registry import SCALABLE, SCALE_TYPE, has_status
 from .requestinfo import RequestInfo
 from .responses import conflict, json_response, method_not_allowed, not_served
 from .strategy import existing, write_status
 from .writes import patch, patched, patcher
 
-if TYPE_CHECKING:
-    from .standin import StandIn
 
-
-async def subresource(standin: StandIn, request: Request, info: RequestInfo, *, t: ResourceType, ref: ObjectRef,
+async def subresource(standin: APIServer, request: Request, info: RequestInfo, *, t: ResourceType, ref: ObjectRef,
                       params: Mapping[str, str], user: str) -> Response:
     """A request to `<object>/<subresource>`."""
     sub = info.subresource
@@ -59,7 +57,7 @@ async def subresource(standin: StandIn, request: Request, info: RequestInfo, *, 
     return json_response(obj)
 
 
-async def _scale(standin: StandIn, request: Request, info: RequestInfo, *, t: ResourceType, ref: ObjectRef,
+async def _scale(standin: APIServer, request: Request, info: RequestInfo, *, t: ResourceType, ref: ObjectRef,
                  params: Mapping[str, str], user: str) -> Response:
     """The autoscaling/v1 Scale of a Deployment, ReplicaSet or StatefulSet (`kubectl scale`): a
     write sets the workload's spec.replicas, reviewed as an UPDATE with subResource `scale` whose
@@ -100,7 +98,7 @@ async def _scale(standin: StandIn, request: Request, info: RequestInfo, *, t: Re
     return json_response(scale, warnings=warnings)
 
 
-async def _finalize(standin: StandIn, request: Request, ref: ObjectRef) -> Response:
+async def _finalize(standin: APIServer, request: Request, ref: ObjectRef) -> Response:
     """PUT namespaces/<name>/finalize: only removing every spec.finalizer is supported."""
     body = await request_body(request)
     finalizers = ((body.get("spec") or {}) if isinstance(body, Mapping) else {}).get("finalizers") or []

@@ -15,47 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from starlette.responses import Response, StreamingResponse
 
 from ...restmapper import ResourceType
 from ..store import StatusError, WatchEvent
+from .context import APIServer, Closing
 from .printing import OutputForm, printer, table
 from .selectors import matcher
-
-if TYPE_CHECKING:
-    from .standin import StandIn
-
-
-class _Closing:
-    """Sentinel put on watch queues when the stand-in stops."""
-
-
-class Watches:
-    """The open watch streams; `close_all` ends them (at shutdown), from any thread."""
-
-    def __init__(self) -> None:
-        self.queues: set[asyncio.Queue[WatchEvent | _Closing]] = set()
-        self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
-
-    def __len__(self) -> int:
-        return len(self.queues)
-
-    def close_all(self) -> None:
-        """End all open watch streams now (before a graceful server shutdown); callable from any thread."""
-        loop = self.loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is not None and running is not loop:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: no stream is left to end
-                loop.call_soon_threadsafe(self.close_all)
-            return
-        for queue in list(self.queues):
-            queue.put_nowait(_Closing())
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -63,7 +32,7 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(md.get("namespace", "")), str(md.get("name", ""))
 
 
-async def watch(standin: StandIn, *, t: ResourceType, namespace: str | None, params: Mapping[str, str],
+async def watch(standin: APIServer, *, t: ResourceType, namespace: str | None, params: Mapping[str, str],
                 form: OutputForm) -> Response:
     """A watch of a collection (one namespace, or all of them), as a stream of JSON lines."""
     store = standin.store
@@ -85,7 +54,7 @@ async def watch(standin: StandIn, *, t: ResourceType, namespace: str | None, par
     except ValueError:
         raise StatusError(400, "BadRequest", "timeoutSeconds: must be a number") from None
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[WatchEvent | _Closing] = asyncio.Queue()
+    queue: asyncio.Queue[WatchEvent | Closing] = asyncio.Queue()
 
     def in_scope(obj: Mapping[str, Any]) -> bool:
         return namespace is None or namespace == "" or (obj.get("metadata") or {}).get("namespace") == namespace
@@ -181,7 +150,7 @@ async def watch(standin: StandIn, *, t: ResourceType, namespace: str | None, par
                     event = await asyncio.wait_for(queue.get(), max(wait, 0.0))
                 except TimeoutError:
                     continue
-                if isinstance(event, _Closing):
+                if isinstance(event, Closing):
                     return
                 last_rv = event.resource_version
                 if event.group_resource != gr or event.resource_version <= floor or not in_scope(event.object):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -20,16 +20,14 @@ from ...restmapper import ResourceType
 from ..store import StatusError
 from .admission import admitted_write
 from .bodies import check_identity, dry_run, json_body, object_body, request_body
+from .context import APIServer
 from .patches import PatchError, json_patch, merge_patch, strategic_merge_patch
 from .registry import BUILTIN
 from .responses import json_response
 from .strategy import default, existing, preserve, validate, write_status
 
-if TYPE_CHECKING:
-    from .standin import StandIn
 
-
-async def create(standin: StandIn, request: Request, *, t: ResourceType, namespace: str, params: Mapping[str, str],
+async def create(standin: APIServer, request: Request, *, t: ResourceType, namespace: str, params: Mapping[str, str],
                  user: str) -> Response:
     """POST to a collection: 201 with the stored object."""
     body = object_body(await request_body(request), t)
@@ -54,7 +52,7 @@ async def create(standin: StandIn, request: Request, *, t: ResourceType, namespa
     return json_response(obj, status_code=201, warnings=warnings)
 
 
-async def update(standin: StandIn, request: Request, *, t: ResourceType, ref: ObjectRef, params: Mapping[str, str],
+async def update(standin: APIServer, request: Request, *, t: ResourceType, ref: ObjectRef, params: Mapping[str, str],
                  user: str) -> Response:
     """PUT of an object: the whole object replaced, but for what the strategy keeps (status, ...)."""
     body = object_body(await request_body(request), t)
@@ -72,7 +70,7 @@ async def update(standin: StandIn, request: Request, *, t: ResourceType, ref: Ob
     return json_response(obj, warnings=warnings)
 
 
-async def patch(standin: StandIn, request: Request, *, t: ResourceType, ref: ObjectRef, params: Mapping[str, str],
+async def patch(standin: APIServer, request: Request, *, t: ResourceType, ref: ObjectRef, params: Mapping[str, str],
                 user: str, status_only: bool = False) -> Response:
     """PATCH of an object, or with `status_only` of its status subresource."""
     apply = patcher(t, request.headers.get("content-type", "").split(";")[0].strip())

@@ -1,0 +1,150 @@
+"""One-line mutants of the safety checks, and the tests that must catch each (`nox -s mutants`).
+
+Each mutant is a change someone could make by mistake that leaves the code running but unsafe: a
+re-created object replayed, a fail-open condition, an unreadable replica count let through. For each,
+the script applies the change to a copy of the checkout (the working tree is never touched), runs the
+tests named for it there (never the realcluster ones: the default suite without a control plane must
+catch every one), and puts the file back. A mutant "survives" when those tests still pass; the script
+then exits 1.
+
+    python -m tests.mutants            # all of them (a few minutes on 2 cores)
+    python -m tests.mutants --list
+    python -m tests.mutants replayer-no-precondition replay-settled-uid
+
+Not part of the default CI run: it runs the named tests once per mutant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import attrs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@attrs.frozen
+class Mutant:
+    name: str
+    path: str
+    old: str  # must occur exactly once in `path`
+    new: str
+    tests: tuple[str, ...]  # pytest node ids (files or tests) that must fail with the mutant applied
+
+
+REPLAY_TESTS = ("tests/test_replay_safety.py",)
+REPLAYER_TESTS = ("tests/test_replayer.py",)
+ROUTER_TESTS = ("tests/test_webhookrouter.py",)
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("replay-settled-uid", "criticalsvc/replay.py",
+           "    if obj.uid and obj.uid != intent.uid:\n", "    if False:\n", REPLAY_TESTS),
+    Mutant("replay-settled-terminating", "criticalsvc/replay.py",
+           "    if obj.terminating:\n        return Drop(", "    if False:\n        return Drop(", REPLAY_TESTS),
+    Mutant("replay-going-away-namespace", "criticalsvc/replay.py",
+           "(namespace.terminating or bool(namespace.uid and namespace.uid in armed))",
+           "(bool(namespace.uid and namespace.uid in armed))", REPLAY_TESTS),
+    Mutant("replay-plan-protected", "criticalsvc/replay.py",
+           "        if decision.rule == Rule.DELETION_PROTECTED:\n", "        if False:\n", REPLAY_TESTS),
+    Mutant("replay-intent-for-all", "criticalsvc/replay.py",
+           "    if any(services.get(name) is None or services[name].replay_deletion",
+           "    if all(services.get(name) is None or services[name].replay_deletion", REPLAY_TESTS),
+    Mutant("replayer-no-precondition", "criticalsvc/replayer.py",
+           '"kind": "DeleteOptions", "preconditions": {"uid": intent.uid}}', '"kind": "DeleteOptions"}',
+           REPLAYER_TESTS),
+    Mutant("replayer-no-fresh-uid", "criticalsvc/replayer.py",
+           '        if metadata.get("uid") != intent.uid:\n', "        if False:\n", REPLAYER_TESTS),
+    Mutant("replayer-no-never", "criticalsvc/replayer.py",
+           "        if (metadata.get(\"annotations\") or {}).get(REPLAY_DELETION_ANNOTATION) == replay.NEVER:\n",
+           "        if False:\n", REPLAYER_TESTS),
+    Mutant("replayer-409-retried", "criticalsvc/replayer.py",
+           "            if exc.code == 409:\n", "            if False:\n", REPLAYER_TESTS),
+    Mutant("replayer-403-retried", "criticalsvc/replayer.py",
+           '            if exc.code == 403 and "admission webhook" not in exc.message:\n',
+           "            if False:\n", REPLAYER_TESTS),
+    Mutant("replayer-403-webhook-dropped", "criticalsvc/replayer.py",
+           '            if exc.code == 403 and "admission webhook" not in exc.message:\n',
+           "            if exc.code == 403:\n", REPLAYER_TESTS),
+    Mutant("condition-fail-open", "criticalsvc/condition.py",
+           "        return _error_text(str(exc) or type(exc).__name__)\n", "        return False\n",
+           ("tests/test_condition.py",)),
+    Mutant("updates-unreadable-before", "criticalsvc/updates.py",
+           "    return before is None or before > 0\n", "    return before is not None and before > 0\n",
+           ("tests/test_updates.py",)),
+    Mutant("router-409-not-retried", "criticalsvc/webhookrouter.py",
+           "RETRY)\n            self.metrics.webhook_route_syncs", "RETRY)\n            conflict = False\n"
+           "            self.metrics.webhook_route_syncs", ROUTER_TESTS),
+    Mutant("router-event-every-round", "criticalsvc/webhookrouter.py",
+           "        if error == self._reported:\n            return\n", "", ROUTER_TESTS),
+    Mutant("router-created-without-routes", "criticalsvc/webhookrouter.py",
+           "        if stored is None and not rules:\n", "        if False:\n", ROUTER_TESTS),
+    Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
+           "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
+           ROUTER_TESTS),
+)
+
+
+def copy_checkout(into: Path) -> Path:
+    """The checkout's files (tracked and untracked, not ignored) under `into`. Run from there, Python and
+    pytest import the copy's criticalsvc: the editable install's finder comes after sys.path."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, files):
+        source = ROOT / name
+        if source.is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, into / name)
+    return into
+
+
+def run(mutant: Mutant, root: Path, *, verbose: bool) -> str:
+    """'caught', 'SURVIVED' or 'error: ...'; the file is put back whatever happens."""
+    path = root / mutant.path
+    original = path.read_text()
+    if original.count(mutant.old) != 1:
+        return f"error: the text to change occurs {original.count(mutant.old)} times in {mutant.path}"
+    try:
+        path.write_text(original.replace(mutant.old, mutant.new))
+        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                               "-m", "not realcluster", *mutant.tests], cwd=root, capture_output=not verbose,
+                              text=True, check=False)
+    finally:
+        path.write_text(original)
+    return {0: "SURVIVED", 1: "caught"}.get(done.returncode, f"error: pytest exited {done.returncode}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show pytest's output")
+    args = parser.parse_args(argv)
+    known = {m.name: m for m in MUTANTS}
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        parser.error(f"unknown mutant(s): {', '.join(unknown)} (see --list)")
+    chosen = [known[n] for n in args.names] if args.names else list(MUTANTS)
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:32} {m.path:28} {' '.join(m.tests)}")
+        return 0
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="criticalsvc-mutants-") as tmp:
+        root = copy_checkout(Path(tmp))
+        for m in chosen:
+            start = time.monotonic()
+            outcome = run(m, root, verbose=args.verbose)
+            failed += outcome != "caught"
+            print(f"{m.name:32} {outcome:10} {time.monotonic() - start:6.1f} s  {' '.join(m.tests)}", flush=True)
+    print(f"{len(chosen) - failed}/{len(chosen)} caught")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

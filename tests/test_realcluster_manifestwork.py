@@ -1,0 +1,221 @@
+"""Stacks delivered as an Open Cluster Management ManifestWork and torn down by deleting the ManifestWork,
+on the real control plane with the gate installed (tests/realcluster/manifestwork.py is the agent's
+deletion path: one pass of DELETEs, refusals dropped, the garbage collector finishing the teardown).
+
+What a ManifestWork user sees, checked here: everything goes, in the safe order; no finalizer is left;
+the ManifestWork is gone while the objects the gate refused still exist (without replay: the garbage
+collector deletes them after it); what a deleteOption orphans is never deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from criticalsvc.manifests import load_path
+from criticalsvc.sim.cluster import Cluster
+from tests.backends import RealBackend
+from tests.realcluster import admission_metrics, ocmcrds
+from tests.realcluster.cluster import RealCluster
+from tests.realcluster.manifestwork import APPLIED_FINALIZER, MANIFESTWORK_FINALIZER, ManifestWorkAgent, Teardown
+from tests.realcluster.teardown import STORY, Observer, Story, all_gone, replay_grant, wait_for
+
+pytestmark = pytest.mark.realcluster
+
+TEARDOWN_TIMEOUT = 120
+GC_SLACK = 12  # see _compare_with_the_simulator
+
+
+@pytest.fixture(scope="module")
+def agent(realcluster: RealCluster) -> Iterator[ManifestWorkAgent]:
+    """The work CRDs of open-cluster-management.io/api installed once, and the agent for the cluster namespace."""
+    agent = ManifestWorkAgent(realcluster.admin, cluster_namespace="cluster1")
+    agent.install_crds(realcluster.kubectl, [p.read_text() for p in ocmcrds.ensure_crds()])
+    done = realcluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(replay_grant()))
+    assert done.returncode == 0, done.stderr
+    yield agent
+
+
+def story_objects(story: Story, *, replay: bool) -> list[dict[str, Any]]:
+    objects = story.objects
+    if replay:
+        for o in objects:
+            if o["kind"] == "CriticalService":
+                o["spec"]["replayDeletion"] = "WhenTearingDown"
+    return objects
+
+
+def keep_configmap(suffix: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"kept-{suffix}", "namespace": "default"},
+            "data": {"why": "orphaned by the ManifestWork's deleteOption"}}
+
+
+def _denied_deletes(before: Any, after: Any) -> int:
+    """The gate's DELETE denials the API server counted between two scrapes (every client's)."""
+    return sum(v for (metric, labels), v in (after - before).items()
+               if metric == admission_metrics.REJECTIONS and ("operation", "DELETE") in labels
+               and ("error_type", "no_error") in labels)
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["replay-off", "replay-on"])
+def test_reference_story_as_a_manifestwork(realcluster: RealCluster, agent: ManifestWorkAgent, replay: bool) -> None:
+    """Deleting the story's ManifestWork: one pass of DELETEs, the refused ones dropped; the ManifestWork goes
+    first, the garbage collector (and the gate's replay, when on) finish in the safe order; the object a
+    SelectivelyOrphan rule names survives, its ownerReference never set."""
+    suffix = f"mw{'on' if replay else 'off'}-{uuid.uuid4().hex[:4]}"
+    story = Story.make(suffix)
+    kept = keep_configmap(suffix)
+    assert realcluster.kubectl("apply", "-f", "-", input=story.reader_role()).returncode == 0
+    rule = {"group": "", "resource": "configmaps", "namespace": "default", "name": kept["metadata"]["name"]}
+    work = agent.apply(f"story-{suffix}", [*story_objects(story, replay=replay), kept],
+                       delete_option={"propagationPolicy": "SelectivelyOrphan", "selectivelyOrphans": {
+                           "orphaningRules": [rule]}})
+    kept_path = f"/api/v1/namespaces/default/configmaps/{kept['metadata']['name']}"
+    assert [r.path for r in work.orphaned] == [kept_path]
+    assert not (realcluster.admin.get(kept_path) or {})["metadata"].get("ownerReferences")
+    owner = (realcluster.admin.get(story.deployment_path) or {})["metadata"]["ownerReferences"]
+    assert owner == [{"apiVersion": "work.open-cluster-management.io/v1", "kind": "AppliedManifestWork",
+                      "name": work.applied_name, "uid": work.applied_uid}]
+    wait_for(lambda: realcluster.admin.delete(story.deployment_path, params={"dryRun": "All"}).status_code == 403,
+             timeout=60, what="the gate to protect the provider")
+
+    paths = {**story.paths(), "ManifestWork": work.path, "AppliedManifestWork": work.applied_path}
+    observer = Observer(realcluster.admin, paths)
+    before = admission_metrics.scrape(realcluster.admin)
+    teardown = Teardown(realcluster.admin, work)
+    with RealBackend(realcluster).finalizer_controller(story):
+        observer.start()
+        teardown.start()
+        try:
+            wait_for(lambda: all_gone(realcluster.admin, paths.values()), timeout=TEARDOWN_TIMEOUT,
+                     what=f"the whole story gone after deleting ManifestWork {work.name}", interval=0.2)
+            wait_for(lambda: set(paths) <= set(observer.first_gone), timeout=10, what="the observer's last round")
+        finally:
+            observer.stop()
+            teardown.stop()
+    denied = _denied_deletes(before, admission_metrics.scrape(realcluster.admin))
+
+    assert observer.order_violations(story.dependents()) == []
+    # One pass: every applied object got at most one DELETE from the agent, in status order (sorted).
+    sent = [d.path for d in teardown.deletes]
+    assert len(sent) == len(set(sent)), f"the agent sent a DELETE twice: {sent}"
+    order = [r.path for r in work.resources]
+    assert sent == sorted(sent, key=order.index)
+    refused = {d.path for d in teardown.refused()}
+    assert story.deployment_path in refused, "the gate never refused the agent's DELETE of the provider"
+    for d in teardown.refused():
+        assert d.message.startswith('admission webhook "') and "denied the request" in d.message
+    # The refusals are the agent's sync errors; the objects were dropped from appliedResources.
+    assert any("403" in e for e in teardown.errors)
+    # The agent's AppliedManifestWork is gone before any object it was refused (the garbage collector deletes
+    # those only once their owner is gone; the observer checks it last in each round, so a refused object
+    # seen gone means it was seen gone too), and the ManifestWork right after it: the ManifestWork is gone
+    # while refused objects still exist.
+    keys = {p: k for k, p in story.paths().items()}
+    gone = observer.first_gone
+    if not replay:
+        assert all(gone["AppliedManifestWork"] <= gone[keys[p]] for p in refused), observer.order()
+        assert gone["ManifestWork"] <= max(gone[keys[p]] for p in refused), observer.order()
+    else:  # the gate's replay may take the provider earlier; its CriticalService still goes after
+        assert gone["ManifestWork"] <= gone[f"CriticalService/{story.critical_service}"], observer.order()
+    # The garbage collector's DELETEs were refused too, until their dependents were gone (the API server's
+    # count of the gate's denials is more than the agent's own).
+    assert denied >= len(refused)
+    # No finalizer left: the ManifestWork and AppliedManifestWork are gone (their finalizers removed).
+    assert realcluster.admin.get(work.path) is None and realcluster.admin.get(work.applied_path) is None
+    assert teardown.manifestwork_gone_at is not None
+    # The orphaned ConfigMap survives: never DELETEd, not owned, so not collected.
+    assert kept_path not in sent
+    assert realcluster.admin.get(kept_path) is not None
+    realcluster.admin.delete(kept_path)
+    if not replay:
+        _compare_with_the_simulator(story, observer, agent_refusals=len(teardown.refused()), denied=denied)
+
+
+def _compare_with_the_simulator(story: Story, observer: Observer, *, agent_refusals: int, denied: int) -> None:
+    """The simulator's `manifestwork` client on the same story (no replay): the plan's phases complete in the same
+    order, and the agent is refused as often.
+
+    Tolerances, and why: phases 4 (the provider's namespace) and 5 (the CriticalService) may swap - the gate lets
+    the CriticalService go while its provider's namespace is not terminating yet, and which of the two the
+    garbage collector reaches first is a race of its workers. The garbage collector's own refusals (the
+    CriticalService or the namespace retried 5 ms·2ⁿ while the other finalizes, about 5 s: at most ~11 tries
+    each) depend on that race, so the totals may differ by up to GC_SLACK; the agent's one pass is
+    deterministic, so its refusals must be equal."""
+    sim = Cluster(seed=0)
+    refs = sim.load(load_path(str(STORY)))
+    sim.teardown("manifestwork")
+    verdict = sim.run()
+    assert verdict.completed
+    phases = json.loads(subprocess.run([sys.executable, "-m", "criticalsvc", "plan", "-f", str(STORY), "-o", "json"],
+                                       capture_output=True, text=True, check=True).stdout)["phases"]
+    phase_of = {(o["kind"], o["name"]): i + 1 for i, phase in enumerate(phases) for o in phase}
+    original = [d for d in yaml.safe_load_all(STORY.read_text()) if d]
+    sim_gone = {}
+    for ref, doc in zip(refs, original, strict=True):
+        assert ref.name == doc["metadata"]["name"]
+        gone = [e.time for e in sim.timeline.of(ref) if e.outcome in ("gone", "deleted")]
+        assert gone, ref
+        sim_gone[(doc["kind"], ref.name)] = min(gone)
+    real_gone = {(k.split("/", 1)[0], k.split("/", 1)[1]): observer.first_gone[k] for k in story.paths()
+                 if k in observer.first_gone}
+
+    def completion_order(gone: dict[tuple[str, str], float], name: Any) -> list[int]:
+        done: dict[int, float] = {}
+        for (kind, obj), at in gone.items():
+            phase = phase_of[(kind, name(kind, obj))]
+            done[phase] = max(done.get(phase, at), at)
+        order = sorted(done, key=lambda p: (done[p], p))
+        return [4 if p == 5 else p for p in order]  # 4 and 5 may swap (see above)
+
+    real_name = {r["metadata"]["name"]: o["metadata"]["name"] for r, o in zip(story.objects, original, strict=True)}
+    assert completion_order(sim_gone, lambda k, n: n) == completion_order(
+        real_gone, lambda k, n: real_name.get(n, n)), (sim_gone, real_gone)
+    sim_agent = sum(1 for e in sim.timeline.events if e.actor.startswith("manifestwork/") and e.outcome == "denied")
+    assert sim_agent == agent_refusals
+    assert abs(verdict.denials - denied) <= GC_SLACK, (verdict.denials, denied)
+
+
+def test_an_orphan_manifestwork_leaves_its_objects(realcluster: RealCluster, agent: ManifestWorkAgent) -> None:
+    """deleteOption Orphan: the ManifestWork and its AppliedManifestWork go, every object stays, unowned."""
+    suffix = uuid.uuid4().hex[:4]
+    objects = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"orphan-{suffix}"}},
+               {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": f"orphan-{suffix}"}}]
+    work = agent.apply(f"orphan-{suffix}", objects, delete_option={"propagationPolicy": "Orphan"})
+    assert len(work.orphaned) == 2
+    teardown = Teardown(realcluster.admin, work)
+    teardown.start()
+    try:
+        wait_for(lambda: teardown.manifestwork_gone_at is not None, timeout=60, what="the ManifestWork gone")
+    finally:
+        teardown.stop()
+    assert teardown.deletes == [] and teardown.errors == []
+    assert realcluster.admin.get(work.applied_path) is None
+    for r in work.resources:
+        found = realcluster.admin.get(r.path)
+        assert found is not None and not found["metadata"].get("ownerReferences"), r.path
+    realcluster.admin.delete(f"/api/v1/namespaces/orphan-{suffix}")
+
+
+def test_finalizers_are_the_agents_own(agent: ManifestWorkAgent, realcluster: RealCluster) -> None:
+    """The agent's ManifestWork and AppliedManifestWork carry upstream's finalizers while they exist."""
+    suffix = uuid.uuid4().hex[:4]
+    work = agent.apply(f"fin-{suffix}", [keep_configmap(f"fin-{suffix}")])
+    assert (realcluster.admin.get(work.path) or {})["metadata"]["finalizers"] == [MANIFESTWORK_FINALIZER]
+    assert (realcluster.admin.get(work.applied_path) or {})["metadata"]["finalizers"] == [APPLIED_FINALIZER]
+    teardown = Teardown(realcluster.admin, work)
+    teardown.start()
+    try:
+        wait_for(lambda: all_gone(realcluster.admin, [work.path, *(r.path for r in work.resources)]), timeout=60,
+                 what="the ConfigMap and its ManifestWork gone")
+    finally:
+        teardown.stop()
+    assert len(teardown.deletes) == 1 and teardown.deletes[0].status == 200
+

@@ -1,0 +1,209 @@
+"""The leader's webhook router (criticalsvc/webhookrouter.py) against a fake API server: what it writes and when.
+
+test_routing.py checks the pure part (which rules, the rendered object); these drive the router's own
+rounds (`run`, with POLL shortened and a hand-moved clock) over kubefakes.FakeAPI, which answers a PUT
+carrying a stale resourceVersion with 409 Conflict as kube-apiserver does. What a user notices:
+
+    a concurrent writer (409)      the routes are written at the next round; no Warning Event, no error in status
+    a renewed caBundle             copied into criticalsvc-providers at the next resync, without a rule change
+    a failing API server           one Warning Event per distinct error, not one per round
+    no provider needing a route    criticalsvc-providers is never created
+
+`python -m tests.mutants` is the negative control: with any one of these behaviours removed, a test here fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import yaml
+from kubefakes import FakeAPI, eventually
+from test_routing import ROOT, WIDGET, WIDGETS
+
+from criticalsvc import routing, webhookrouter
+from criticalsvc.api import parse_critical_service
+from criticalsvc.cache.transport import APIStatusError, TransportError
+from criticalsvc.restmapper import RESTMapper
+from criticalsvc.state import MemoryState
+from criticalsvc.webhookrouter import CONFIGURATIONS, WebhookRouter
+
+SHIPPED = f"{CONFIGURATIONS}/{routing.SHIPPED_CONFIGURATION}"
+OWNED = f"{CONFIGURATIONS}/{routing.PROVIDERS_CONFIGURATION}"
+OLD_CA, NEW_CA = "b2xkLWNh", "bmV3LWNh"
+
+
+def shipped(ca: str = OLD_CA) -> dict[str, Any]:
+    config: dict[str, Any] = yaml.safe_load((ROOT / "deploy/base/webhook.yaml").read_text())
+    for webhook in config["webhooks"]:
+        webhook["clientConfig"]["caBundle"] = ca
+    return config
+
+
+def widget_service() -> Any:
+    """A CriticalService whose provider is a custom resource: its DELETEs need a route of the gate's own."""
+    return parse_critical_service({"metadata": {"name": "w"}, "spec": {
+        "provider": {"group": WIDGETS.group, "resource": WIDGETS.resource, "name": "p"},
+        "criteria": [{"type": "SpecificResource",
+                      "specificResource": {"resource": "configmaps", "namespace": "x", "name": "y"}}]}})
+
+
+def deployment_service() -> Any:
+    """... and one whose provider's DELETEs the shipped configuration routes already."""
+    return parse_critical_service({"metadata": {"name": "d"}, "spec": {
+        "provider": {"group": "apps", "resource": "deployments", "namespace": "app", "name": "p"},
+        "criteria": [{"type": "SpecificResource",
+                      "specificResource": {"resource": "configmaps", "namespace": "x", "name": "y"}}]}})
+
+
+class Source:
+    """The cache; `rounds` counts the router's rounds (each asks `ready` once)."""
+
+    def __init__(self, *services: Any) -> None:
+        self.state = MemoryState()
+        for cs in services:
+            self.state.upsert_critical_service(cs)
+        self.rounds = 0
+
+    @property
+    def ready(self) -> bool:
+        self.rounds += 1
+        return True
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def fast_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(webhookrouter, "POLL", 0.005)
+
+
+@contextlib.asynccontextmanager
+async def leading(router: WebhookRouter) -> AsyncIterator[None]:
+    task = asyncio.create_task(router.run(lambda: True))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def router_over(api: FakeAPI, *services: Any) -> tuple[WebhookRouter, list[dict[str, Any]], Clock]:
+    mapper = RESTMapper()
+    mapper.add(WIDGET)
+    events: list[dict[str, Any]] = []
+    clock = Clock()
+    return WebhookRouter(api, Source(*services), mapper, post_event=events.append, clock=clock), events, clock
+
+
+def source_of(router: WebhookRouter) -> Source:
+    assert isinstance(router.source, Source)
+    return router.source
+
+
+def routed(api: FakeAPI) -> frozenset[routing.Route]:
+    return routing.routes_of(api.objects.get(OWNED))
+
+
+WIDGET_DELETE = routing.Route("DELETE", WIDGETS)
+
+
+@pytest.mark.anyio
+async def test_a_conflicting_write_is_read_again_and_written_at_the_next_round_without_an_error():
+    """Someone (an older leader) wrote criticalsvc-providers in between: the PUT gets 409; the next round wins."""
+    api = FakeAPI()
+    api.put(SHIPPED, shipped())
+    api.put(OWNED, {**routing.render(frozenset(), api.objects[SHIPPED]), "webhooks": []})
+    api.faults[("PUT", OWNED)] = [APIStatusError(409, "Conflict", "the object has been modified")]
+    router, events, _clock = router_over(api, widget_service())
+    facts: list[routing.RoutingFacts] = []
+    router.on_change = lambda: facts.append(router.facts)
+    async with leading(router):
+        await eventually(lambda: WIDGET_DELETE in routed(api), what="the routes written after the conflict")
+    assert len(api.sent("PUT", OWNED)) == 2
+    assert events == [] and router.facts.error is None
+    assert all(f.error is None for f in facts), facts  # status never showed the conflict as a failure
+
+
+@pytest.mark.anyio
+async def test_a_renewed_ca_bundle_is_copied_at_the_next_resync_though_no_rule_changed():
+    api = FakeAPI()
+    api.put(SHIPPED, shipped(OLD_CA))
+    router, events, clock = router_over(api, widget_service())
+    source = source_of(router)
+    async with leading(router):
+        await eventually(lambda: WIDGET_DELETE in routed(api), what="the first write")
+        assert {w["clientConfig"]["caBundle"] for w in api.objects[OWNED]["webhooks"]} == {OLD_CA}
+        api.put(SHIPPED, shipped(NEW_CA))  # cert-manager's CA injector, or `criticalsvc manifests` re-applied
+        reads, rounds = len(api.sent("GET", SHIPPED)), source.rounds
+        await eventually(lambda: source.rounds >= rounds + 10, what="ten more rounds")
+        assert len(api.sent("GET", SHIPPED)) == reads  # before RESYNC nothing is read (the rules did not change)
+        clock.now += webhookrouter.RESYNC
+        await eventually(lambda: {w["clientConfig"]["caBundle"] for w in api.objects[OWNED]["webhooks"]} == {NEW_CA},
+                         what="the new caBundle in criticalsvc-providers")
+    assert routed(api) == {WIDGET_DELETE} and events == []
+
+
+@pytest.mark.anyio
+async def test_a_failing_api_server_is_reported_by_one_event_per_distinct_error():
+    api = FakeAPI()
+    api.put(SHIPPED, shipped())
+    down = TransportError(f"GET {OWNED}: connection refused")
+    forbidden = APIStatusError(403, "Forbidden", "cannot get validatingwebhookconfigurations")
+    api.faults[("GET", OWNED)] = [down] * 5 + [forbidden] * 5 + [down] * 5
+    router, events, clock = router_over(api, widget_service())
+    async with leading(router):
+        for attempt in range(1, 16):  # each failure waits RETRY (on the test's clock) before the next read
+            await eventually(lambda n=attempt: router.syncs >= n, what=f"attempt {attempt}")
+            clock.now += webhookrouter.RETRY
+        await eventually(lambda: WIDGET_DELETE in routed(api), what="the routes once the API server answers")
+    assert len(api.sent("GET", OWNED)) >= 16  # every failed attempt read again
+    assert [(e["reason"], e["type"]) for e in events] == [("ProviderRoutingFailed", "Warning")] * 3
+    assert ["connection refused" in e["message"] for e in events] == [True, False, True]
+    assert "cannot get validatingwebhookconfigurations" in events[1]["message"]
+    assert router.facts.error is None and router.facts.routed == {WIDGET_DELETE}
+
+
+@pytest.mark.anyio
+async def test_a_failed_sync_is_tried_again_after_retry_not_at_every_round():
+    """An API server that refuses is read once per RETRY, not once per POLL (20 reads a minute, not 60)."""
+    api = FakeAPI()
+    api.put(SHIPPED, shipped())
+    api.faults[("GET", OWNED)] = [TransportError(f"GET {OWNED}: connection refused")] * 100
+    router, _events, clock = router_over(api, widget_service())
+    async with leading(router):
+        await eventually(lambda: router.syncs >= 1, what="a first attempt")
+        rounds = source_of(router).rounds
+        await eventually(lambda: source_of(router).rounds >= rounds + 20, what="twenty more rounds")
+        assert router.syncs == 1, "a failed sync was tried again before RETRY passed"
+        clock.now += webhookrouter.RETRY
+        await eventually(lambda: router.syncs >= 2, what="the attempt after RETRY")
+
+
+@pytest.mark.anyio
+async def test_nothing_is_created_while_no_provider_needs_a_route_of_its_own():
+    """Deployments are routed by the shipped configuration: no criticalsvc-providers object appears."""
+    api = FakeAPI()
+    api.put(SHIPPED, shipped())
+    router, events, clock = router_over(api, deployment_service())
+    async with leading(router):
+        await eventually(lambda: router.syncs >= 1, what="a first sync")
+        clock.now += webhookrouter.RESYNC
+        await eventually(lambda: router.syncs >= 2, what="a resync")
+    assert OWNED not in api.objects and api.sent("POST", CONFIGURATIONS) == [] and api.sent("PUT", OWNED) == []
+    assert events == [] and router.facts.routed == frozenset() and router.facts.error is None
