@@ -62,9 +62,13 @@ def test_kubectl_get_prints_the_servers_columns_for_built_ins(cluster: Backend, 
     ns = _columns(ok(cluster.kubectl("get", "namespace", namespace)))
     assert ns[0] == ["NAME", "STATUS", "AGE"]
     assert ns[1][:2] == [namespace, "Active"]
+    # The real control plane runs the pods (kube-scheduler, kwok), so READY reaches 2/2; the stand-in runs none.
+    ready = "2/2" if cluster.name == "real" else "0/2"
+    wait_for(lambda: _columns(ok(cluster.kubectl("get", "deployments", "-n", namespace)))[1][1] == ready,
+             timeout=90, what=f"kubectl get deployments to print READY {ready}")
     deploy = _columns(ok(cluster.kubectl("get", "deployments", "-n", namespace)))
     assert deploy[0] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
-    assert deploy[1][:2] == ["web", "0/2"]  # no kubelet runs pods on either cluster
+    assert deploy[1][:2] == ["web", ready]
     wide = _columns(ok(cluster.kubectl("get", "deployments", "-n", namespace, "-o", "wide")))
     assert wide[0] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"]
     assert wide[1][-3:] == ["web", "registry.example.com/web:1", "app=web"]
@@ -88,7 +92,7 @@ def test_kubectl_get_prints_the_servers_columns_for_built_ins(cluster: Backend, 
     assert single["metadata"]["resourceVersion"] == row["object"]["metadata"]["resourceVersion"]
     assert _kinds(table(f"/apis/apps/v1/namespaces/{namespace}/deployments")["columnDefinitions"]) == DEPLOYMENT_COLUMNS
     deployments = table(f"/apis/apps/v1/namespaces/{namespace}/deployments")["rows"]
-    assert [r["cells"][:2] for r in deployments] == [["web", "0/2"]]
+    assert [r["cells"][:2] for r in deployments] == [["web", ready]]
     assert deployments[0]["cells"][5:] == ["web", "registry.example.com/web:1", "app=web"]
     # Kubernetes 1.34 printed CRDs as Name/Created At only; the stand-in imitates the default, 1.37.
     crd_columns = CRD_COLUMNS_1_34 if cluster.name == "real" and build.selected_minor() == "1.34" else CRD_COLUMNS

@@ -1,7 +1,9 @@
 """Conditions on criteria (issue 11) as a user meets them, on both clusters (the stand-in and the real
 control plane, through the `cluster` fixture): the webhook refuses a condition that does not compile,
-and a criterion's condition decides which objects block. The real control plane has no kubelet, so a
-pod's phase is set through the status subresource, as a kubelet would."""
+and a criterion's condition decides which objects block. The pod's phase is set through the status
+subresource, as a kubelet would; on the real control plane, which runs pods (kube-scheduler, kwok), the
+pod asks for a node none has, so nothing but the test writes its phase. Phases the system sets are
+tests/test_realcluster_workloads.py's."""
 
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ def test_a_namespace_whose_only_pod_succeeded_is_deletable_only_with_a_phase_con
     assert cluster.admin.create(CLUSTERROLES, reader).status_code == 201
     ns_path = f"/api/v1/namespaces/{namespace}"
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "job"},
-           "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.example.com/c:1"}]}}
+           "spec": {"restartPolicy": "Never", "nodeSelector": {"criticalsvc.io/test-no-node": "true"},
+                    "containers": [{"name": "c", "image": "registry.example.com/c:1"}]}}
     assert cluster.admin.create(f"{ns_path}/pods", pod).status_code == 201
     finished = cluster.admin.merge_patch(f"{ns_path}/pods/job/status", {"status": {"phase": "Succeeded"}})
     assert finished.status_code == 200, finished.text

@@ -1,8 +1,8 @@
 """Providers by selector (issue 11) as a user meets them, on both clusters (the stand-in and the real
 control plane, through the `cluster` fixture): a CriticalService protects every namespace labelled
 team=payments while a worker pod runs; a labelled namespace is refused, an unlabelled one goes, and one
-relabelled out of the set goes too. The real control plane has no kubelet, so the pod's phase is set
-through the status subresource, as a kubelet would.
+relabelled out of the set goes too. The pod's phase is set through the status subresource, as a kubelet
+would (on the real control plane kwok, which runs the pod, sets the same Running).
 
 A selector over ConfigMaps protects each labelled ConfigMap itself once DELETEs of configmaps reach the
 gate: the shipped webhook configuration routes namespaces and apps workloads (deploy/base/webhook.yaml), and

@@ -189,6 +189,21 @@ def test_helm_lint_reports_a_broken_chart(helm: Path, tmp_path: Path) -> None:
     assert "nil pointer evaluating interface {}.nothere" in done.stdout
 
 
+# --- the Kubernetes versions the chart supports (Chart.yaml kubeVersion) ----------------------------
+
+@pytest.mark.parametrize("kube_version", ["1.30.0", "v1.37.2", "v1.31.2-eks-7f9249a"])
+def test_a_supported_kubernetes_version_renders(helm: Path, tmp_path: Path, kube_version: str) -> None:
+    """Kubernetes 1.30 and later render, a provider's pre-release suffix included."""
+    assert template(helm, tmp_path, "--kube-version", kube_version)
+
+
+@pytest.mark.parametrize("kube_version", ["1.29.15", "v1.29.0-eks-1"])
+def test_an_older_kubernetes_version_is_refused(helm: Path, tmp_path: Path, kube_version: str) -> None:
+    """Below 1.30 (deploy/README.md's requirement), helm refuses the chart, naming the constraint."""
+    error = refusal(helm, tmp_path, "--kube-version", kube_version)
+    assert "chart requires kubeVersion: >= 1.30.0-0 which is incompatible with Kubernetes v1.29" in error
+
+
 # --- the same objects as `criticalsvc manifests` ----------------------------------------------------
 
 def test_default_values_render_what_criticalsvc_manifests_renders(helm: Path, tmp_path: Path,

@@ -2,8 +2,9 @@
 
     build [--kubernetes 1.37|1.34]          build the binaries and helm into the cache (once per version)
     up [--kubeconfig-out PATH] [--kubernetes 1.37|1.34] [--replicas N] [--dir DIR]
-                                            start etcd, kube-apiserver, kube-controller-manager and
-                                            the gate (installed as a user installs it); run until Ctrl-C
+                                            start etcd, kube-apiserver, kube-controller-manager,
+                                            kube-scheduler, kwok and its fake Node (pods run) and the
+                                            gate (installed as a user installs it); run until Ctrl-C
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def quick_start(kubeconfig: Path, kubectl: Path) -> str:
 
 def _up(binaries: build.Binaries, args: argparse.Namespace) -> int:
     from .cluster import real_cluster
+    from .controlplane import KWOK_NODE
     from .teardown import FinalizerController, Story
 
     directory = args.dir or Path(tempfile.mkdtemp(prefix="criticalsvc-realcluster-"))
@@ -85,7 +87,7 @@ def _up(binaries: build.Binaries, args: argparse.Namespace) -> int:
         shutil.copyfile(cluster.kubeconfig, args.kubeconfig_out)
         os.chmod(args.kubeconfig_out, 0o600)
         kubectl = binaries.kubectl
-        # The reference story's provider, played while its Deployment exists (no kubelet runs its pods).
+        # The reference story's provider, played while its Deployment exists (kwok runs its pods, no container).
         story = Story.make("")
         controller = FinalizerController(cluster.admin, deployment_path=story.deployment_path,
                                          crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
@@ -97,8 +99,9 @@ The reference story from apply to gone (run from the repository's root; a test r
 
 {quick_start(args.kubeconfig_out.resolve(), kubectl)}
 
-While finalizer-deployment exists, a stand-in for its controller removes the story's finalizer from
-deleting CRs (no kubelet runs its pods). Control-plane logs: {directory}.
+Pods run on the fake Node {KWOK_NODE} (kwok plays its kubelet; no container runs), so while
+finalizer-deployment exists a stand-in for its controller removes the story's finalizer from deleting
+CRs. Control-plane logs: {directory}.
 Ctrl-C stops everything.""", flush=True)
         stop.wait()
         print("stopping ...", file=sys.stderr)

@@ -4,23 +4,28 @@
 
 Each Kubernetes minor has a Go module beside this file (`k8s-1.37/`, `k8s-1.34/`) that requires
 `k8s.io/kubernetes` at one patch release and replaces every staging module by its matching tag; etcd
-has its own (`etcd-3.6/`), and so has helm (`helm-3.22/`, for the chart tests, tests/test_helm.py).
-`go build` turns them into kube-apiserver, kube-controller-manager, kubectl, etcd and helm under
-CACHE/<name>-<version>/, where CACHE is $CRITICALSVC_REALCLUSTER_CACHE or
-~/.cache/criticalsvc/realcluster. A version whose binaries are there is not built again; a
-build writes into a temporary directory and renames it into place, so an interrupted build never
-leaves a half-filled cache, and a file lock keeps two builds of one version (two test runs, nox and
-pytest) from racing.
+has its own (`etcd-3.6/`), kwok has its own (`kwok-0.8/`, the fake Node's kubelet), and so has helm
+(`helm-3.22/`, for the chart tests, tests/test_helm.py). `go build` turns them into kube-apiserver,
+kube-controller-manager, kube-scheduler, kubectl, etcd, kwok and helm under CACHE/<name>-<version>/,
+where CACHE is $CRITICALSVC_REALCLUSTER_CACHE or ~/.cache/criticalsvc/realcluster. The Kubernetes
+binaries carry the release's version stamps (`_kubernetes_version_flags`), and their directory's name
+carries the build recipe (KUBERNETES_RECIPE), so binaries of an older recipe are never reused. kwok's
+stage files are read from its module's directory at build time and written beside the binary
+(stages.yaml). A version whose binaries are there is not built again; a build writes into a
+temporary directory and renames it into place, so an interrupted build never leaves a half-filled
+cache, and a file lock keeps two builds of one version (two test runs, nox and pytest) from racing.
 
 Measured on the project's 2-core machine, cold (empty Go module and build caches): about 30 s for
-etcd, several minutes for the Kubernetes three, and about 100 s for helm; see README.md, "Tests on a
-real control plane".
+etcd, several minutes for the Kubernetes four, about 100 s for helm, and about 8.5 min wall for kwok on
+a busy machine (~80 s of CPU); see README.md, "Tests on a real control plane".
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -42,7 +47,19 @@ KUBERNETES_VERSIONS = {"1.37": "v1.37.2", "1.34": "v1.34.4"}
 DEFAULT_KUBERNETES = "1.37"
 ETCD_MODULE = "etcd-3.6"
 ETCD_VERSION = "v3.6.16"
-KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kubectl")
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+# The recipe of the Kubernetes binaries, in their cache directory's name: a binary built by an older
+# recipe (r1: unstamped, no kube-scheduler) is never reused. Bump it whenever the build changes what
+# the binaries are.
+KUBERNETES_RECIPE = "r2"
+KWOK_MODULE = "kwok-0.8"
+KWOK_VERSION = "v0.8.0"
+# kwok's own stage files, as its module ships them (kustomize/stage/ in sigs.k8s.io/kwok): a Node
+# becomes Ready and keeps its heartbeat; a Pod bound to it becomes Ready and Running, a Job's Pod then
+# Succeeded, and a deleted Pod goes once the API server has set its deletionTimestamp.
+# https://github.com/kubernetes-sigs/kwok/tree/v0.8.0/kustomize/stage
+KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat/node-heartbeat.yaml", "pod/fast/pod-ready.yaml",
+               "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml")
 HELM_MODULE = "helm-3.22"
 HELM_VERSION = "v3.22.0"
 # -s -w: no symbol tables or DWARF; the binaries are a third smaller and never debugged here.
@@ -51,13 +68,16 @@ LINKER_FLAGS = ("-s", "-w")
 
 @attrs.frozen
 class Binaries:
-    """The four executables of one control-plane version."""
+    """The executables of one control-plane version, and kwok's stages (one YAML stream)."""
 
     kubernetes_version: str
     etcd: Path
     kube_apiserver: Path
     kube_controller_manager: Path
     kubectl: Path
+    kube_scheduler: Path
+    kwok: Path
+    kwok_stages: Path
 
 
 def cache_root() -> Path:
@@ -84,10 +104,12 @@ def missing_toolchain() -> str | None:
 
 
 def cached(minor: str) -> Binaries | None:
-    """The binaries of `minor`, if all four are already built."""
+    """The binaries of `minor`, if all of them are already built."""
     binaries = _layout(minor)
-    paths = (binaries.etcd, binaries.kube_apiserver, binaries.kube_controller_manager, binaries.kubectl)
-    return binaries if all(p.is_file() and os.access(p, os.X_OK) for p in paths) else None
+    paths = (binaries.etcd, binaries.kube_apiserver, binaries.kube_controller_manager, binaries.kubectl,
+             binaries.kube_scheduler, binaries.kwok)
+    complete = all(p.is_file() and os.access(p, os.X_OK) for p in paths) and binaries.kwok_stages.is_file()
+    return binaries if complete else None
 
 
 def ensure_built(minor: str, *, log: Any = None) -> Binaries:
@@ -100,10 +122,12 @@ def ensure_built(minor: str, *, log: Any = None) -> Binaries:
         etcd_dir = root / f"etcd-{ETCD_VERSION}"
         if not (etcd_dir / "etcd").is_file():
             _build(HERE / ETCD_MODULE, ["."], etcd_dir, say=say, what=f"etcd {ETCD_VERSION}", output="etcd")
-        k8s_dir = root / f"kubernetes-{version}"
+        k8s_dir = _kubernetes_dir(root, minor)
         if not all((k8s_dir / name).is_file() for name in KUBERNETES_COMMANDS):
             packages = [f"k8s.io/kubernetes/cmd/{name}" for name in KUBERNETES_COMMANDS]
-            _build(HERE / f"k8s-{minor}", packages, k8s_dir, say=say, what=f"Kubernetes {version}")
+            _build(HERE / f"k8s-{minor}", packages, k8s_dir, say=say, what=f"Kubernetes {version}",
+                   ldflags=_kubernetes_version_flags(minor))
+        _ensure_kwok(root, say)
     built = cached(minor)
     assert built is not None, f"the build of {minor} left binaries missing in {cache_root()}"
     return built
@@ -161,19 +185,77 @@ def _building(log: Any) -> Iterator[tuple[Path, Any]]:
         yield root, say
 
 
+def _kubernetes_dir(root: Path, minor: str) -> Path:
+    return root / f"kubernetes-{KUBERNETES_VERSIONS[minor]}-{KUBERNETES_RECIPE}"
+
+
 def _layout(minor: str) -> Binaries:
     root = cache_root()
-    k8s_dir = root / f"kubernetes-{KUBERNETES_VERSIONS[minor]}"
+    k8s_dir = _kubernetes_dir(root, minor)
+    kwok_dir = root / f"kwok-{KWOK_VERSION}"
     return Binaries(kubernetes_version=KUBERNETES_VERSIONS[minor], etcd=root / f"etcd-{ETCD_VERSION}" / "etcd",
                     kube_apiserver=k8s_dir / "kube-apiserver",
-                    kube_controller_manager=k8s_dir / "kube-controller-manager", kubectl=k8s_dir / "kubectl")
+                    kube_controller_manager=k8s_dir / "kube-controller-manager", kubectl=k8s_dir / "kubectl",
+                    kube_scheduler=k8s_dir / "kube-scheduler", kwok=kwok_dir / "kwok",
+                    kwok_stages=kwok_dir / "stages.yaml")
+
+
+def _kubernetes_version_flags(minor: str) -> tuple[str, ...]:
+    """The version stamps of a release build, as upstream's `kube::version::ldflags` sets them on both
+    k8s.io/component-base/version and k8s.io/client-go/pkg/version
+    (https://github.com/kubernetes/kubernetes/blob/v1.37.2/hack/lib/version.sh#L151-L183). Unstamped, the
+    binaries say `v0.0.0-master+$Format:%H$`, which kubectl cannot parse and Helm's `kubeVersion` check
+    and every discovery client read as no release at all.
+
+    The module proxy serves the release's source without its git commit, so gitCommit stays empty and
+    gitTreeState is `archive`, what version.sh says of a tree exported without git (#L45-L48);
+    buildDate is the release's own time from the proxy (`go mod download -json`'s .info), so two builds
+    of one release are stamped alike, as SOURCE_DATE_EPOCH does upstream."""
+    version = KUBERNETES_VERSIONS[minor]
+    found = re.fullmatch(r"v(\d+)\.(\d+)\.\d+", version)
+    assert found is not None, f"{version}: not a release version"
+    released = _release_time(HERE / f"k8s-{minor}", "k8s.io/kubernetes", version)
+    stamps = {"gitVersion": version, "gitMajor": found.group(1), "gitMinor": found.group(2), "gitCommit": "",
+              "gitTreeState": "archive", "buildDate": released}
+    return tuple(f"-X {package}.{name}={value}" for package in ("k8s.io/component-base/version",
+                                                                  "k8s.io/client-go/pkg/version")
+                 for name, value in stamps.items())
+
+
+def _module_download(module_dir: Path, path: str, version: str) -> dict[str, Any]:
+    """`go mod download -json PATH@VERSION` in `module_dir`: where the module's files are (Dir), and its
+    .info file (Info)."""
+    done = subprocess.run(["go", "mod", "download", "-json", f"{path}@{version}"], cwd=module_dir,
+                          capture_output=True, text=True, check=False)
+    found: dict[str, Any] = json.loads(done.stdout) if done.stdout.strip() else {}
+    if done.returncode != 0 or "Dir" not in found:
+        raise RuntimeError(f"go mod download {path}@{version} failed: {found.get('Error') or done.stderr.strip()}")
+    return found
+
+
+def _release_time(module_dir: Path, path: str, version: str) -> str:
+    info = json.loads(Path(_module_download(module_dir, path, version)["Info"]).read_text(encoding="utf-8"))
+    stamp = datetime.datetime.fromisoformat(info["Time"].replace("Z", "+00:00")).astimezone(datetime.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ensure_kwok(root: Path, say: Any) -> None:
+    """kwok, and its stages read from the module's own files (never copied into the checkout)."""
+    kwok_dir = root / f"kwok-{KWOK_VERSION}"
+    if (kwok_dir / "kwok").is_file() and (kwok_dir / "stages.yaml").is_file():
+        return
+    module = HERE / KWOK_MODULE
+    source = Path(_module_download(module, "sigs.k8s.io/kwok", KWOK_VERSION)["Dir"]) / "kustomize" / "stage"
+    stages = "---\n".join((source / name).read_text(encoding="utf-8") for name in KWOK_STAGES)
+    _build(module, ["sigs.k8s.io/kwok/cmd/kwok"], kwok_dir, say=say, what=f"kwok {KWOK_VERSION}", output="kwok",
+           extra={"stages.yaml": stages})
 
 
 def _build(module: Path, packages: list[str], target: Path, *, say: Any, what: str, output: str = "",
-           ldflags: tuple[str, ...] = ()) -> None:
+           ldflags: tuple[str, ...] = (), extra: dict[str, str] | None = None) -> None:
     """`go build` `packages` of `module` into `target`: each binary named after its package's last path
     element, or `output` for a single package (`go build -o DIR/ .` would name it after the module's
-    directory, `etcd-3.6`)."""
+    directory, `etcd-3.6`); `extra` files are written beside them, in the same rename."""
     say(f"building {what} into {target} (a cold build takes minutes) ...")
     started = time.monotonic()
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
@@ -182,6 +264,8 @@ def _build(module: Path, packages: list[str], target: Path, *, say: Any, what: s
         linker = " ".join((*LINKER_FLAGS, *ldflags))
         subprocess.run(["go", "build", "-mod=readonly", f"-ldflags={linker}", "-o", f"{staging}/{output}", *packages],
                        cwd=module, check=True)
+        for name, text in (extra or {}).items():
+            (staging / name).write_text(text, encoding="utf-8")
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)

@@ -47,9 +47,11 @@ def built_binaries() -> Binaries:
 
 
 @contextlib.contextmanager
-def real_cluster(binaries: Binaries, directory: Path, *, replicas: int = 1) -> Iterator[RealCluster]:
-    """etcd, kube-apiserver and kube-controller-manager, the install applied, `replicas` gates serving."""
-    plane = ControlPlane(binaries, directory)
+def real_cluster(binaries: Binaries, directory: Path, *, replicas: int = 1,
+                 workloads: bool = True) -> Iterator[RealCluster]:
+    """etcd, kube-apiserver, kube-controller-manager (and with `workloads` kube-scheduler, kwok and its
+    Node: pods run), the install applied, `replicas` gates serving."""
+    plane = ControlPlane(binaries, directory, workloads=workloads)
     gate: InstalledGate | None = None
     admin: Client | None = None
     try:

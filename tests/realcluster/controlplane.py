@@ -1,4 +1,5 @@
-"""A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager.
+"""A real Kubernetes control plane on loopback that runs workloads: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, and kwok playing the kubelet of one fake Node.
 
 What runs, and why it is enough for the gate:
 - etcd, one member, its data in the run's directory.
@@ -6,11 +7,25 @@ What runs, and why it is enough for the gate:
   client-certificate and ServiceAccount-token authentication (issuer and signing keys, so
   TokenRequest works and the gate authenticates as its ServiceAccount), the default admission chain
   with ValidatingAdmissionWebhook, and a serving certificate for 127.0.0.1 from a CA of the run.
+  Its binaries are stamped with the release they are built from (tests/realcluster/build.py), so
+  `kubectl version`, GET /version and Helm's `kubeVersion` see that release.
 - kube-controller-manager with the controllers a teardown meets: the namespace controller, the
   garbage collector, the Deployment and ReplicaSet controllers, the ServiceAccount and token
-  controllers, ClusterRole aggregation (the gate's reader role is aggregated) and PVC protection.
-  No kubelet and no scheduler: pods stay Pending, and a pod never bound to a node goes at once on DELETE (no graceful
-  termination without a kubelet to run it), so namespace deletion still finishes.
+  controllers, ClusterRole aggregation (the gate's reader role is aggregated) and PVC protection;
+  with workloads (the default of `real_cluster`, so of the shared `realcluster` fixture and `up`),
+  also the node-lifecycle, Job, PersistentVolume binder and PV protection controllers.
+- With workloads, kube-scheduler binds pods to one fake Node (`kwok-node-0`), and kwok
+  (sigs.k8s.io/kwok, out of cluster, managing only the Nodes annotated `kwok.x-k8s.io/node: fake`)
+  plays its kubelet with the stages kwok's module ships: the Node becomes Ready and heartbeats; a
+  pod bound to it becomes Ready and Running, a Job's pod then Succeeded; a deleted pod is
+  first marked (deletionTimestamp, grace period) by the API server, and goes when kwok, as a kubelet
+  would after its containers stopped, deletes it with grace period 0. So Deployments become
+  Available, Jobs Complete, and a namespace deletion waits for its pods' graceful deletion, as on a
+  real cluster. No container runs: a pod's IP (127.1.0.0/16) and the Node's (127.0.0.1) are
+  addresses nothing listens on.
+- Without workloads (`ControlPlane(..., workloads=False)`, the default of the tests that start a
+  plane of their own): no scheduler and no Node, pods stay Pending, and a pod never bound to a node
+  goes at once on DELETE (no graceful termination without a kubelet to run it).
 
 Every process listens on a free loopback port (asked of the kernel), writes its log to a file in the
 run's directory (kept, and printed by `ControlPlane.logs()`, when a test fails), is polled for
@@ -22,6 +37,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
+import json
 import os
 import signal
 import socket
@@ -55,6 +71,17 @@ CONTROLLERS = (
     # PVC; only this controller takes it off, so without it a deleted PVC (and its namespace) stays forever.
     "persistentvolumeclaim-protection-controller",
 )
+# With workloads: NodeLifecycle takes the not-ready taint off the fake Node once kwok reports it Ready
+# (and would taint it again if kwok stopped heartbeating); the Job controller runs Jobs to Complete;
+# the PV binder binds a claim to its volume (Bound, as the conditions examples read), and PV
+# protection takes kubernetes.io/pv-protection off a deleted, unbound volume.
+WORKLOAD_CONTROLLERS = ("node-lifecycle-controller", "job-controller", "persistentvolume-binder-controller",
+                        "persistentvolume-protection-controller")
+KWOK_NODE = "kwok-node-0"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# What the fake Node offers the scheduler: room for every pod the tests and benchmarks create.
+KWOK_NODE_RESOURCES = {"cpu": "64", "memory": "256Gi", "pods": "1000"}
+KWOK_POD_CIDR = "127.1.0.0/16"  # loopback: a pod's IP is a value in its status, never a destination
 # Every request of the gate's ServiceAccount, at Metadata level, once (when complete; a watch also
 # when its response starts): what the gate costs the API server, counted by the tests and benchmarks.
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
@@ -208,14 +235,18 @@ def write_kubeconfig(path: Path, *, server: str, ca_cert: Path, user: dict[str, 
 
 @attrs.define
 class ControlPlane:
-    """etcd + kube-apiserver + kube-controller-manager in `directory`; `start()`, then `stop()`."""
+    """etcd + kube-apiserver + kube-controller-manager in `directory`, and with `workloads`
+    kube-scheduler + kwok and its Node; `start()`, then `stop()`."""
 
     binaries: Binaries
     directory: Path
+    workloads: bool = False
     pki: PKI = attrs.field(init=False)
     etcd: Process = attrs.field(init=False)
     apiserver: Process = attrs.field(init=False)
     controller_manager: Process = attrs.field(init=False)
+    scheduler: Process = attrs.field(init=False)
+    kwok: Process = attrs.field(init=False)
     apiserver_port: int = attrs.field(init=False, default=0)
     etcd_url: str = attrs.field(init=False, default="")
     admin_kubeconfig: Path = attrs.field(init=False)
@@ -225,8 +256,8 @@ class ControlPlane:
         return f"https://127.0.0.1:{self.apiserver_port}"
 
     def processes(self) -> list[Process]:
-        return [p for p in (getattr(self, n, None) for n in ("etcd", "apiserver", "controller_manager"))
-                if p is not None]
+        names = ("etcd", "apiserver", "controller_manager", "scheduler", "kwok")
+        return [p for p in (getattr(self, n, None) for n in names) if p is not None]
 
     def start(self) -> ControlPlane:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -261,7 +292,8 @@ class ControlPlane:
             "--authentication-kubeconfig", str(self.admin_kubeconfig),
             "--authorization-kubeconfig", str(self.admin_kubeconfig),
             "--bind-address", "127.0.0.1", "--secure-port", str(kcm_port),
-            "--controllers", ",".join(CONTROLLERS), "--leader-elect=false",
+            "--controllers", ",".join(CONTROLLERS + (WORKLOAD_CONTROLLERS if self.workloads else ())),
+            "--leader-elect=false",
             "--service-account-private-key-file", str(self.pki.sa_key), "--root-ca-file", str(self.pki.ca_cert),
             "--use-service-account-credentials=false",
             # Resync and GC discovery as a production cluster does; nothing sped up that the gate relies on.
@@ -274,7 +306,53 @@ class ControlPlane:
         poll(lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default").returncode == 0,
              timeout=READY_TIMEOUT, what="the default ServiceAccount (controllers running)", interval=0.3,
              alive=self.check_alive)
+        if self.workloads:
+            self._start_workloads()
         return self
+
+    def _start_workloads(self) -> None:
+        """kube-scheduler, the fake Node and kwok; returns once the Node is Ready and untainted, so a
+        pod created now is scheduled and run."""
+        scheduler_port = free_port()
+        self.scheduler = Process("kube-scheduler", [
+            str(self.binaries.kube_scheduler), "--kubeconfig", str(self.admin_kubeconfig),
+            "--authentication-kubeconfig", str(self.admin_kubeconfig),
+            "--authorization-kubeconfig", str(self.admin_kubeconfig),
+            "--bind-address", "127.0.0.1", "--secure-port", str(scheduler_port), "--leader-elect=false",
+        ], self.directory / "kube-scheduler.log")
+        self.scheduler.start()
+        # The Node as a kubelet registers it: capacity in its status; the API server's
+        # TaintNodesByCondition admission adds node.kubernetes.io/not-ready:NoSchedule, and the
+        # node-lifecycle controller removes it once kwok has reported the Node Ready.
+        node = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": KWOK_NODE, "annotations": {KWOK_ANNOTATION: "fake"},
+                             "labels": {"kubernetes.io/hostname": KWOK_NODE, "kubernetes.io/os": "linux",
+                                        "kubernetes.io/arch": "amd64", "type": "kwok"}},
+                "status": {"capacity": KWOK_NODE_RESOURCES, "allocatable": KWOK_NODE_RESOURCES}}
+        created = self.kubectl("create", "-f", "-", input=json.dumps(node))
+        if created.returncode != 0:
+            raise ControlPlaneError(f"could not create the Node {KWOK_NODE}: {created.stderr.strip()}")
+        kwok_port = free_port()
+        self.kwok = Process("kwok", [
+            str(self.binaries.kwok), "--kubeconfig", str(self.admin_kubeconfig),
+            "--config", str(self.binaries.kwok_stages),
+            "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector", f"{KWOK_ANNOTATION}=fake",
+            "--node-ip", "127.0.0.1", "--cidr", KWOK_POD_CIDR, "--server-address", f"127.0.0.1:{kwok_port}",
+        ], self.directory / "kwok.log")
+        self.kwok.start()
+        poll(lambda: _http_ok(f"https://127.0.0.1:{scheduler_port}/healthz", insecure=True), timeout=READY_TIMEOUT,
+             what="kube-scheduler /healthz", alive=self.scheduler.check_alive)
+        poll(self.node_ready, timeout=READY_TIMEOUT, what=f"the Node {KWOK_NODE} Ready and untainted (kwok, "
+             "node-lifecycle controller)", interval=0.3, alive=self.check_alive)
+
+    def node_ready(self) -> bool:
+        """Whether the fake Node is Ready with no taint left: the scheduler will place pods on it."""
+        got = self.kubectl("get", "node", KWOK_NODE, "-o", "json")
+        if got.returncode != 0:
+            return False
+        node = json.loads(got.stdout)
+        ready = [c for c in node.get("status", {}).get("conditions", []) if c["type"] == "Ready"]
+        return bool(ready) and ready[0]["status"] == "True" and not node.get("spec", {}).get("taints")
 
     @property
     def audit_log(self) -> Path:
@@ -360,8 +438,8 @@ def _http_ok(url: str, *, ca: Path | None = None, insecure: bool = False) -> boo
 
 
 @contextlib.contextmanager
-def running(binaries: Binaries, directory: Path) -> Iterator[ControlPlane]:
-    plane = ControlPlane(binaries, directory)
+def running(binaries: Binaries, directory: Path, *, workloads: bool = False) -> Iterator[ControlPlane]:
+    plane = ControlPlane(binaries, directory, workloads=workloads)
     try:
         yield plane.start()
     finally:
@@ -371,8 +449,6 @@ def running(binaries: Binaries, directory: Path) -> Iterator[ControlPlane]:
 def gate_requests(audit_log: Path, *, since: float = 0.0) -> list[dict[str, str]]:
     """The gate's requests in the audit log (one per request: verb, resource, name, code), after `since`
     (a Unix time). A watch is counted once, when its response started."""
-    import json
-
     seen: dict[str, dict[str, str]] = {}
     if not audit_log.exists():
         return []

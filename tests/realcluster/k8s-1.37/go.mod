@@ -1,5 +1,5 @@
 // The Kubernetes 1.37 control plane for criticalsvc's realcluster tests: kube-apiserver,
-// kube-controller-manager and kubectl built from the k8s.io/kubernetes module (never vendored).
+// kube-controller-manager, kube-scheduler and kubectl built from the k8s.io/kubernetes module (never vendored).
 // k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with local paths,
 // which a dependent module cannot see, so each staging module is replaced here by its release tag
 // (https://github.com/kubernetes/kubernetes/issues/79384). Regenerate with
@@ -11,6 +11,7 @@ go 1.26.0
 tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager
+	k8s.io/kubernetes/cmd/kube-scheduler
 	k8s.io/kubernetes/cmd/kubectl
 )
 
