@@ -12,6 +12,9 @@
                                   protects, so it is the last of its group to go
     DELETE of the CriticalService CRD   not while any CriticalService exists: CRD cleanup deletes
                                   the CRs without admission and the gate would silently lose all protection
+    DELETE of a provider's CRD    as a DELETE of the provider: while some CriticalService whose (existing)
+                                  provider is an instance of that CRD has unmet criteria, since CRD cleanup
+                                  would delete the provider without admission
     label deletion-protected=Always     deny, always (remove the label to delete); for an object of any
                                   type, which deploy/'s labelled-objects webhook sends by its label
     annotation break-glass=<reason>     allow what would be denied, with a warning; logged by the caller
@@ -220,6 +223,16 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
             blocks.append(Block(
                 f"{some} (first: {', '.join(services[:3])}); deleting their CRD would remove them without "
                 "admission and lift all protection - delete them first"))
+    if gr == CRDS and name != CRD_NAME:
+        # CRD cleanup deletes every instance straight from storage, never asking a webhook
+        # (https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiextensions-apiserver/pkg/controller/finalizer/crd_finalizer.go, deleteInstances; design/kubernetes-semantics.md §5):
+        # a provider that is a custom resource is only as protected as its CRD.
+        instances = [cs for cs in sorted(_providers_of_type(_instances_of(name), state), key=lambda c: c.name)
+                     if _provider_exists(cs, state)]
+        protected = protected or bool(instances)
+        for cs in instances:
+            blocks += _criteria_blocks(cs, state, f"protects {cs.provider}, an instance of this CRD (deleting "
+                                       "the CRD would delete it without admission),")
     # The labels decide for a provider selector: the request's oldObject's when sent, else the cached object's.
     for cs in sorted(state.protecting(ref, labels), key=lambda c: c.name):
         protected = True
@@ -345,6 +358,18 @@ def _conclude(ref: ObjectRef, blocks: list[Block], annotations: Mapping[str, Any
 
 def _provider(cs: CriticalService) -> str:
     return str(cs.provider)
+
+
+def _instances_of(crd_name: str) -> GroupResource:
+    """The type a CRD serves: its name is `<plural>.<group>`, which the API server enforces."""
+    plural, _, group = crd_name.partition(".")
+    return GroupResource(group, plural)
+
+
+def _provider_exists(cs: CriticalService, state: ClusterState) -> bool:
+    if isinstance(cs.provider, ObjectRef):
+        return state.get(cs.provider) is not None
+    return bool(provider_objects(cs.provider, state))
 
 
 def _provider_here(cs: CriticalService, namespace: str, state: ClusterState) -> str:

@@ -269,6 +269,26 @@ def test_crd_delete_is_allowed_without_critical_services():
     assert delete(story(), crds, "coolresources.my.crd.group").rule is Rule.UNPROTECTED
 
 
+def usage(drop: Callable[[Manifest], bool] = lambda m: False) -> MemoryState:
+    """Crossplane's Usage example as a state: the Cluster prod-cluster (a custom resource) is the provider,
+    protected while the Release app-release exists."""
+    return build_state([m for m in load_path(str(EXAMPLES / "crossplane-usage.yaml")) if not drop(m)])
+
+
+def test_the_crd_of_a_protected_provider_may_not_go_while_its_criteria_are_unmet():
+    """CRD cleanup would delete the provider without admission, so its CRD waits as the provider does."""
+    crds = GroupResource("apiextensions.k8s.io", "customresourcedefinitions")
+    d = delete(usage(), crds, "clusters.compute.example.org")
+    assert not d.allowed and d.code == 403 and d.blocking == ("prod-cluster-used-by-app-release",)
+    assert "an instance of this CRD" in d.message and "releases.helm.example.org app-release" in d.message
+    # the user's CRD is not the provider's: it goes; so does the provider's once the user is gone...
+    assert delete(usage(), crds, "releases.helm.example.org").allowed
+    no_release = usage(lambda m: m.kind == "Release")
+    assert delete(no_release, crds, "clusters.compute.example.org").allowed
+    # ... and once the provider itself is gone there is nothing the CRD could take down.
+    assert delete(usage(lambda m: m.kind == "Cluster"), crds, "clusters.compute.example.org").rule is Rule.UNPROTECTED
+
+
 # --- deletion-protected, break-glass, enforcement ---------------------------------------------------------
 def test_deletion_protected_label_denies_even_with_break_glass():
     """`deletion-protected: Always` denies the delete of any object, break-glass notwithstanding."""
