@@ -224,9 +224,9 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
                 f"{some} (first: {', '.join(services[:3])}); deleting their CRD would remove them without "
                 "admission and lift all protection - delete them first"))
     if gr == CRDS and name != CRD_NAME:
-        # CRD cleanup deletes every instance straight from storage, never asking a webhook
-        # (https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiextensions-apiserver/pkg/controller/finalizer/crd_finalizer.go, deleteInstances; design/kubernetes-semantics.md §5):
-        # a provider that is a custom resource is only as protected as its CRD.
+        # CRD cleanup deletes every instance straight from storage, never asking a webhook (deleteInstances
+        # in the CRD finalizer, design/kubernetes-semantics.md §5 [C1]): a provider that is a custom resource
+        # is only as protected as its CRD.
         instances = [cs for cs in sorted(_providers_of_type(_instances_of(name), state), key=lambda c: c.name)
                      if _provider_exists(cs, state)]
         protected = protected or bool(instances)
