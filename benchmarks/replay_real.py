@@ -1,7 +1,7 @@
 """benchmarks/replay.py's cases on the real control plane, in wall-clock time (`replay --real`).
 
     python -m benchmarks replay --real      (the simulator's tables, then this one)
-    python -m benchmarks replay_real [--runs 1] [--json]
+    python -m benchmarks.replay_real [--runs 1] [--only DELETER] [--json]
 
 One control plane (tests/realcluster: etcd, kube-apiserver, kube-controller-manager; skipped with the
 reason when they cannot be built) with the gate installed as a user installs it, the shipped RBAC, and
