@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -22,14 +23,15 @@ import yaml
 from criticalsvc.manifests import load_path
 from criticalsvc.sim.cluster import Cluster
 from tests.backends import RealBackend
-from tests.realcluster import admission_metrics, ocmcrds
+from tests.realcluster import admission_metrics, examples, ocmcrds
 from tests.realcluster.cluster import RealCluster
 from tests.realcluster.manifestwork import APPLIED_FINALIZER, MANIFESTWORK_FINALIZER, ManifestWorkAgent, Teardown
-from tests.realcluster.teardown import STORY, Observer, Story, all_gone, replay_grant, wait_for
+from tests.realcluster.teardown import STORY, Observer, RepeatingDeleter, Story, all_gone, replay_grant, wait_for
 
 pytestmark = pytest.mark.realcluster
 
 TEARDOWN_TIMEOUT = 120
+EXAMPLES_TIMEOUT = 240
 GC_SLACK = 12  # see _compare_with_the_simulator
 
 
@@ -219,3 +221,80 @@ def test_finalizers_are_the_agents_own(agent: ManifestWorkAgent, realcluster: Re
         teardown.stop()
     assert len(teardown.deletes) == 1 and teardown.deletes[0].status == 200
 
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["replay-off", "replay-on"])
+def test_every_example_as_a_manifestwork(realcluster: RealCluster, agent: ManifestWorkAgent, replay: bool) -> None:
+    """Every example of api/examples/ that a ManifestWork can carry (examples.NOT_TORN_DOWN says why the others
+    cannot) delivered as one ManifestWork each, the operator's set-up applied first; all the ManifestWorks
+    deleted at once: everything goes, in the order each example's plan promises, and no finalizer is left.
+    An object several examples share (namespace shop) goes with the first example's ManifestWork only."""
+    mode = "on" if replay else "off"
+    roles: list[dict[str, Any]] = []
+    works: list[Any] = []
+    paths: dict[str, str] = {}
+    dependents: dict[str, list[str]] = {}
+    services: list[str] = []
+    seen: set[str] = set()
+    for example in examples.torn_down():
+        docs = examples.documents(example)
+        roles += examples.operator_roles(docs, f"mw-{mode}-{example.removesuffix('.yaml')}")
+        planned = examples.plan(example)
+        paths |= planned.paths
+        for provider, needs in planned.dependents().items():
+            dependents.setdefault(provider, []).extend(needs)
+        manifests = []
+        for doc in examples.delivered(docs, replay=replay):
+            k = examples.key(doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+            if k not in seen:
+                seen.add(k)
+                manifests.append(doc)
+        services += [d["metadata"]["name"] for d in manifests if d["kind"] == "CriticalService"]
+        works.append(manifests)
+    done = realcluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(roles))
+    assert done.returncode == 0, done.stderr
+    applied = [agent.apply(f"example-{mode}-{i}", manifests, timeout=120) for i, manifests in enumerate(works)]
+    for w in applied:
+        paths |= {f"ManifestWork/{w.name}": w.path, f"AppliedManifestWork/{w.name}": w.applied_path}
+    teardowns = [Teardown(realcluster.admin, w) for w in applied]
+    observer = Observer(realcluster.admin, paths, interval=0.0)
+    started = 0.0
+    try:
+        wait_for(lambda: all(examples.enforcing(realcluster.admin, s) for s in services), timeout=120,
+                 what=f"every example's CriticalService Ready (Enforcing): {services}")
+        observer.start()
+        started = time.monotonic()
+        for t in teardowns:
+            t.start()
+        wait_for(lambda: all_gone(realcluster.admin, paths.values()), timeout=EXAMPLES_TIMEOUT, interval=0.5,
+                 what="every example gone after deleting their ManifestWorks: left "
+                      f"{[k for k, p in paths.items() if realcluster.admin.exists(p)]}")
+        wait_for(lambda: set(paths) <= set(observer.first_gone), timeout=30, what="the observer's last round")
+    finally:
+        observer.stop()
+        for t in teardowns:
+            t.stop()
+        _clean_up(realcluster, applied, paths, roles)
+    took = time.monotonic() - started
+    print(f"every example as a ManifestWork, replay {mode}: all gone {took:.1f} s after the first DELETE")
+    assert observer.order_violations(dependents) == [], observer.order()
+    refused = [d for t in teardowns for d in t.refused()]
+    assert refused, "the gate refused none of the agents' DELETEs: the examples were not protected"
+    for t in teardowns:
+        sent = [d.path for d in t.deletes]
+        assert len(sent) == len(set(sent)), f"an agent sent a DELETE twice: {sent}"
+        assert t.manifestwork_gone_at is not None
+
+
+def _clean_up(realcluster: RealCluster, applied: list[Any], paths: dict[str, str], roles: list[dict[str, Any]]) -> None:
+    """After a failure, what is left goes (the agents' finalizers dropped, the rest deleted until gone), so the
+    session's other tests do not meet it; the operator's roles go last."""
+    for w in applied:
+        for path in (w.path, w.applied_path):
+            if realcluster.admin.exists(path):
+                realcluster.admin.merge_patch(path, {"metadata": {"finalizers": None}})
+    left = {k: p for k, p in paths.items() if realcluster.admin.exists(p)}
+    if left:
+        RepeatingDeleter(realcluster.admin, left).run(timeout=120)
+    for role in roles:
+        realcluster.admin.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role['metadata']['name']}")
