@@ -141,6 +141,7 @@ def main(argv: list[str]) -> int:
             print()
             print(render(real["rows"], "Real control plane (wall time), reference story:"))
             print(render(real["slowRows"], f"The same, a slow finalizer ({real['slowFinalizerSeconds']:g} s per CR):"))
+            replay_real.print_stack_tables(real)
             section["realclusterGoal"] = goals(real["rows"])
     if args.json:
         print(json.dumps(section))

@@ -1,7 +1,7 @@
 """benchmarks/replay.py's cases on the real control plane, in wall-clock time (`replay --real`).
 
     python -m benchmarks replay --real      (the simulator's tables, then this one)
-    python -m benchmarks replay_real [--runs 1] [--json]
+    python -m benchmarks.replay_real [--runs 1] [--only DELETER] [--json]
 
 One control plane (tests/realcluster: etcd, kube-apiserver, kube-controller-manager; skipped with the
 reason when they cannot be built) with the gate installed as a user installs it, the shipped RBAC, and
@@ -38,7 +38,9 @@ are the gate's "deletion replayed" log lines for the story's objects. The ideal 
 run (on the story without an owner, as the gc bundle's ideal too: the root goes the moment its
 dependents are gone) and each case's ratio divides by the ideal of its run. For manifestwork the
 makespan runs from the user's DELETE of the ManifestWork until the story, the ManifestWork and the
-AppliedManifestWork are gone.
+AppliedManifestWork are gone; its rows also give "stack gone" (the last object of the story seen gone,
+against the same ideal) beside it, since the agent's own wait for what it deleted (50 ms doubling to
+60 s, design/replay.md) keeps the ManifestWork after the stack is gone (`stack_table`).
 
 A second table repeats the ideal and manifestwork with a slow finalizer: each CR's finalizer is removed
 SLOW_REAL seconds after the CR was marked for deletion (a cloud resource's cleanup), so the agent's wait
@@ -57,7 +59,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -319,6 +321,9 @@ class Outcome:
     replayed: int
     why: str = ""
     gone: dict[str, float] = attrs.Factory(dict)  # key -> seconds after the first DELETE it was seen gone
+    # When the last object of the story itself was seen gone (for manifestwork: not its ManifestWork and
+    # AppliedManifestWork, which the agent removes only after its own backoff); None when stuck.
+    stack_gone: float | None = None
 
 
 class GateLog:
@@ -448,7 +453,14 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
             for k, t in sorted(gone_at.items(), key=lambda kv: kv[1])}
     if why:
         return Outcome(False, None, refusals, replayed, why, gone)
-    return Outcome(True, max(gone_at.values()) - deleter.first_delete, refusals, replayed, gone=gone)
+    stack = last_gone(gone_at, story.paths()) - deleter.first_delete
+    return Outcome(True, max(gone_at.values()) - deleter.first_delete, refusals, replayed, gone=gone,
+                   stack_gone=stack)
+
+
+def last_gone(gone_at: dict[str, float], keys: Iterable[str]) -> float:
+    """When the last of `keys` was seen gone (every one of them was)."""
+    return max(gone_at[k] for k in keys)
 
 
 def cleanup(cluster: Any, bundle: Bundle) -> list[str]:
@@ -507,8 +519,12 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
 
 
 # --- the table -----------------------------------------------------------------------------------------
-def run(runs: int = 1) -> dict[str, Any]:
-    """Every case of benchmarks/replay.py `runs` times on one real control plane; rows as its sim_table's."""
+def run(runs: int = 1, only: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every case of benchmarks/replay.py `runs` times on one real control plane; rows as its sim_table's.
+    `only`: just those deleters (and the ideal each ratio needs); the slow-finalizer table only if one of
+    its cases is among them."""
+    cases = [c for c in CASES if not only or c[0] in only]
+    slow_cases = [c for c in SLOW_CASES if not only or c[0] in only]
     from tests.realcluster import build
     from tests.realcluster.cluster import real_cluster
 
@@ -519,8 +535,8 @@ def run(runs: int = 1) -> dict[str, Any]:
     ideal: list[float] = []
     ideal_slow: list[float] = []
     ideal_outcomes: list[Outcome] = []
-    outcomes: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in CASES}
-    slow: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in SLOW_CASES}
+    outcomes: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in cases}
+    slow: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in slow_cases}
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp, real_cluster(binaries, Path(tmp)) as cluster:
         from tests.realcluster import ocmcrds
         from tests.realcluster.manifestwork import ManifestWorkAgent
@@ -538,18 +554,20 @@ def run(runs: int = 1) -> dict[str, Any]:
             ideal.append(base.makespan)
             ideal_outcomes.append(base)
             _progress(f"run {r + 1}/{runs} ideal", base, base.makespan)
-            for deleter, replay in CASES:
+            for deleter, replay in cases:
                 outcome = run_case(cluster, log, deleter, replay=replay,
                                    suffix=f"{deleter}-{'on' if replay else 'off'}-{r}")
                 outcomes[deleter, replay].append(outcome)
                 _progress(f"run {r + 1}/{runs} {deleter} replay {'on' if replay else 'off'}", outcome, base.makespan)
+            if not slow_cases:
+                continue
             base_slow = run_case(cluster, log, "ideal", replay=False, suffix=f"ideal-slow-{r}",
                                  finalizer_delay=SLOW_REAL)
             if base_slow.makespan is None:
                 raise AssertionError(f"the ideal teardown with a slow finalizer did not complete: {base_slow.why}")
             ideal_slow.append(base_slow.makespan)
             _progress(f"run {r + 1}/{runs} ideal, slow finalizer", base_slow, base_slow.makespan)
-            for deleter, replay in SLOW_CASES:
+            for deleter, replay in slow_cases:
                 outcome = run_case(cluster, log, deleter, replay=replay, finalizer_delay=SLOW_REAL,
                                    suffix=f"{deleter}-slow-{'on' if replay else 'off'}-{r}")
                 slow[deleter, replay].append(outcome)
@@ -557,11 +575,11 @@ def run(runs: int = 1) -> dict[str, Any]:
                           outcome, base_slow.makespan)
     # Beside the table's rows: per case and run, why it was stuck and when each object was seen gone.
     details = {f"{d} replay {'on' if r else 'off'}": [({"stuck": o.why} if o.why else {}) | {"goneAfter": o.gone}
-                                                     for o in outcomes[d, r]] for d, r in CASES}
+                                                     for o in outcomes[d, r]] for d, r in cases}
     details |= {f"{d} replay {'on' if r else 'off'}, slow finalizer": [
-        ({"stuck": o.why} if o.why else {}) | {"goneAfter": o.gone} for o in slow[d, r]] for d, r in SLOW_CASES}
-    rows = [_row(case, outcomes[case], ideal) for case in CASES]
-    slow_rows = [_row(case, slow[case], ideal_slow) for case in SLOW_CASES]
+        ({"stuck": o.why} if o.why else {}) | {"goneAfter": o.gone} for o in slow[d, r]] for d, r in slow_cases}
+    rows = [_row(case, outcomes[case], ideal) for case in cases]
+    slow_rows = [_row(case, slow[case], ideal_slow) for case in slow_cases]
     return {"kubernetes": binaries.kubernetes_version, "rows": rows, "slowRows": slow_rows,
             "slowFinalizerSeconds": SLOW_REAL, "ideal": [{"goneAfter": o.gone} for o in ideal_outcomes],
             "cases": details}
@@ -579,7 +597,40 @@ def _row(case: tuple[str, bool], outcomes: list[Outcome], ideal: list[float]) ->
         ratios = [s / b for s, b in zip(spans, ideal, strict=True)]
         row |= {"makespanSeconds": round(statistics.mean(spans), 3),
                 "ratioMean": round(statistics.mean(ratios), 3), "ratioMax": round(max(ratios), 3)}
+        stacks = [o.stack_gone for o in outcomes]
+        if deleter == "manifestwork" and all(s is not None for s in stacks):
+            stack_ratios = [s / b for s, b in zip(stacks, ideal, strict=True) if s is not None]
+            row |= {"stackGoneSeconds": round(statistics.mean(s for s in stacks if s is not None), 3),
+                    "stackRatioMean": round(statistics.mean(stack_ratios), 3),
+                    "stackRatioMax": round(max(stack_ratios), 3)}
     return row
+
+
+def print_stack_tables(result: dict[str, Any]) -> None:
+    """The ManifestWork rows of both tables as `stack_table`s (nothing when manifestwork was not measured)."""
+    for key, title in (("rows", "ManifestWork teardown: the stack gone, and the ManifestWork gone, against the ideal:"),
+                       ("slowRows", f"The same, a slow finalizer ({result.get('slowFinalizerSeconds', SLOW_REAL):g} "
+                                    "s per CR):")):
+        if any(r["deleter"] == "manifestwork" for r in result.get(key, [])):
+            print(stack_table(result[key], title))
+
+
+def stack_table(rows: list[dict[str, Any]], title: str) -> str:
+    """The ManifestWork rows twice against the ideal: when the stack was gone (its last object) and when the
+    ManifestWork was (the row's makespan); the gap is the agent's own wait for what it deleted."""
+    out = [title, f"{'replay':<7} {'done':>5} {'ideal s':>8} {'stack gone s':>13} {'ratio':>7} {'worst':>7} "
+                  f"{'ManifestWork gone s':>20} {'ratio':>7} {'worst':>7}"]
+    for r in rows:
+        if r["deleter"] != "manifestwork":
+            continue
+        done = f"{r['completed']}/{r['seeds']}"
+        if "stackGoneSeconds" in r:
+            stack = (f"{r['stackGoneSeconds']:>13.2f} {r['stackRatioMean']:>7.3f} {r['stackRatioMax']:>7.3f} "
+                     f"{r['makespanSeconds']:>20.2f} {r['ratioMean']:>7.3f} {r['ratioMax']:>7.3f}")
+        else:
+            stack = f"{'stuck':>13} {'-':>7} {'-':>7} {'stuck':>20} {'-':>7} {'-':>7}"
+        out.append(f"{'on' if r['replay'] else 'off':<7} {done:>5} {r['idealSeconds']:>8.2f} {stack}")
+    return "\n".join(out)
 
 
 def _progress(what: str, outcome: Outcome, ideal: float) -> None:
@@ -596,13 +647,18 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks replay_real", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1, help="teardowns per case (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (last line)")
+    parser.add_argument("--only", action="append", default=[], metavar="DELETER",
+                        choices=sorted({d for d, _ in CASES}),
+                        help="measure just this deleter (repeatable; the ideal always runs)")
     args = parser.parse_args(argv)
-    result = run(args.runs)
+    result = run(args.runs, tuple(args.only))
     if "skipped" in result:
         print(f"real control plane: skipped ({result['skipped']})")
     else:
         print(render(result["rows"], "Real control plane (wall time), reference story:"))
-        print(render(result["slowRows"], f"The same, a slow finalizer ({SLOW_REAL:g} s per CR):"))
+        if result["slowRows"]:
+            print(render(result["slowRows"], f"The same, a slow finalizer ({SLOW_REAL:g} s per CR):"))
+        print_stack_tables(result)
     if args.json:
         print(json.dumps(result))
     return 0

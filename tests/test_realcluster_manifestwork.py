@@ -9,9 +9,12 @@ collector deletes them after it); what a deleteOption orphans is never deleted.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -22,14 +25,15 @@ import yaml
 from criticalsvc.manifests import load_path
 from criticalsvc.sim.cluster import Cluster
 from tests.backends import RealBackend
-from tests.realcluster import admission_metrics, ocmcrds
+from tests.realcluster import admission_metrics, examples, ocmcrds
 from tests.realcluster.cluster import RealCluster
 from tests.realcluster.manifestwork import APPLIED_FINALIZER, MANIFESTWORK_FINALIZER, ManifestWorkAgent, Teardown
-from tests.realcluster.teardown import STORY, Observer, Story, all_gone, replay_grant, wait_for
+from tests.realcluster.teardown import STORY, Observer, RepeatingDeleter, Story, all_gone, replay_grant, wait_for
 
 pytestmark = pytest.mark.realcluster
 
 TEARDOWN_TIMEOUT = 120
+EXAMPLES_TIMEOUT = 240
 GC_SLACK = 12  # see _compare_with_the_simulator
 
 
@@ -219,3 +223,159 @@ def test_finalizers_are_the_agents_own(agent: ManifestWorkAgent, realcluster: Re
         teardown.stop()
     assert len(teardown.deletes) == 1 and teardown.deletes[0].status == 200
 
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["replay-off", "replay-on"])
+def test_every_example_as_a_manifestwork(realcluster: RealCluster, agent: ManifestWorkAgent, replay: bool) -> None:
+    """Every example of api/examples/ that a ManifestWork can carry (examples.NOT_TORN_DOWN says why the others
+    cannot) delivered as one ManifestWork each, the operator's set-up applied first; all the ManifestWorks
+    deleted at once: everything goes, in the order each example's plan promises, and no finalizer is left.
+    An object several examples share (namespace shop) goes with the first example's ManifestWork only."""
+    mode = "on" if replay else "off"
+    roles: list[dict[str, Any]] = []
+    works: list[Any] = []
+    paths: dict[str, str] = {}
+    dependents: dict[str, list[str]] = {}
+    services: list[str] = []
+    seen: set[str] = set()
+    for example in examples.torn_down():
+        docs = examples.documents(example)
+        roles += examples.operator_roles(docs, f"mw-{mode}-{example.removesuffix('.yaml')}")
+        planned = examples.plan(example)
+        paths |= planned.paths
+        for provider, needs in planned.dependents().items():
+            dependents.setdefault(provider, []).extend(needs)
+        manifests = []
+        for doc in examples.delivered(docs, replay=replay):
+            k = examples.key(doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+            if k not in seen:
+                seen.add(k)
+                manifests.append(doc)
+        services += [d["metadata"]["name"] for d in manifests if d["kind"] == "CriticalService"]
+        works.append(manifests)
+    done = realcluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(roles))
+    assert done.returncode == 0, done.stderr
+    applied = [agent.apply(f"example-{mode}-{i}", manifests, timeout=120) for i, manifests in enumerate(works)]
+    for w in applied:
+        paths |= {f"ManifestWork/{w.name}": w.path, f"AppliedManifestWork/{w.name}": w.applied_path}
+    teardowns = [Teardown(realcluster.admin, w) for w in applied]
+    observer = Observer(realcluster.admin, paths, interval=0.0)
+    started = 0.0
+    try:
+        wait_for(lambda: all(examples.enforcing(realcluster.admin, s) for s in services), timeout=120,
+                 what=f"every example's CriticalService Ready (Enforcing): {services}")
+        observer.start()
+        started = time.monotonic()
+        for t in teardowns:
+            t.start()
+        wait_for(lambda: all_gone(realcluster.admin, paths.values()), timeout=EXAMPLES_TIMEOUT, interval=0.5,
+                 what="every example gone after deleting their ManifestWorks: left "
+                      f"{[k for k, p in paths.items() if realcluster.admin.exists(p)]}")
+        wait_for(lambda: set(paths) <= set(observer.first_gone), timeout=30, what="the observer's last round")
+    finally:
+        observer.stop()
+        for t in teardowns:
+            t.stop()
+        _clean_up(realcluster, applied, paths, roles)
+    took = time.monotonic() - started
+    print(f"every example as a ManifestWork, replay {mode}: all gone {took:.1f} s after the first DELETE")
+    assert observer.order_violations(dependents) == [], observer.order()
+    refused = [d for t in teardowns for d in t.refused()]
+    assert refused, "the gate refused none of the agents' DELETEs: the examples were not protected"
+    for t in teardowns:
+        sent = [d.path for d in t.deletes]
+        assert len(sent) == len(set(sent)), f"an agent sent a DELETE twice: {sent}"
+        assert t.manifestwork_gone_at is not None
+
+
+def _clean_up(realcluster: RealCluster, applied: list[Any], paths: dict[str, str], roles: list[dict[str, Any]]) -> None:
+    """After a failure, what is left goes (the agents' finalizers dropped, the rest deleted until gone), so the
+    session's other tests do not meet it; the operator's roles go last."""
+    for w in applied:
+        for path in (w.path, w.applied_path):
+            if realcluster.admin.exists(path):
+                realcluster.admin.merge_patch(path, {"metadata": {"finalizers": None}})
+    left = {k: p for k, p in paths.items() if realcluster.admin.exists(p)}
+    if left:
+        RepeatingDeleter(realcluster.admin, left).run(timeout=120)
+    for role in roles:
+        realcluster.admin.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role['metadata']['name']}")
+
+
+
+# The ApplySet's parent: kubectl accepts a Secret or ConfigMap parent only with --namespace, which then must be
+# every object's namespace; a stack spanning namespaces and cluster-scoped objects needs a cluster-scoped
+# parent of a custom type labelled as a parent type, created beforehand with kubectl's tooling annotation
+# and the ApplySet's ID label (KEP-3659,
+# https://github.com/kubernetes/enhancements/blob/master/keps/sig-cli/3659-kubectl-apply-prune/README.md).
+PARENT_CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+              "metadata": {"name": "applysets.criticalsvc.test",
+                           "labels": {"applyset.kubernetes.io/is-parent-type": "true"}},
+              "spec": {"group": "criticalsvc.test", "scope": "Cluster",
+                       "names": {"plural": "applysets", "singular": "applyset", "kind": "ApplySet"},
+                       "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                           "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+def _applyset_parent(realcluster: RealCluster, name: str) -> str:
+    """Create the cluster-scoped parent `name`; the --applyset value that names it."""
+    done = realcluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(PARENT_CRD))
+    assert done.returncode == 0, done.stderr
+    done = realcluster.kubectl("wait", "--for=condition=Established", f"crd/{PARENT_CRD['metadata']['name']}")
+    assert done.returncode == 0, done.stderr
+    # The ID: "applyset-" + base64url(sha256("<name>.<namespace>.<Kind>.<group>")) + "-v1" (the KEP's formula).
+    digest = hashlib.sha256(f"{name}..ApplySet.criticalsvc.test".encode()).digest()
+    applyset_id = f"applyset-{base64.urlsafe_b64encode(digest).decode().rstrip('=')}-v1"
+    done = realcluster.kubectl("apply", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "criticalsvc.test/v1", "kind": "ApplySet", "metadata": {
+            "name": name, "labels": {"applyset.kubernetes.io/id": applyset_id},
+            "annotations": {"applyset.kubernetes.io/tooling": "kubectl/v1.37.2",
+                            "applyset.kubernetes.io/contains-group-kinds": ""}}}))
+    assert done.returncode == 0, done.stderr
+    return f"applysets.criticalsvc.test/{name}"
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["replay-off", "replay-on"])
+def test_reference_story_pruned_as_an_applyset(realcluster: RealCluster, agent: ManifestWorkAgent, replay: bool,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kubectl apply --prune --applyset` (KUBECTL_APPLYSET=true) as the deleter: the story applied as an ApplySet,
+    then pruned by applying a set without it. kubectl's prune stops at the first DELETE refused (its
+    deleteObjects returns the first error, kubernetes v1.37.2
+    staging/src/k8s.io/kubectl/pkg/cmd/apply/applyset_pruner.go) and exits non-zero naming it, in an order
+    that varies from run to run (a map of the set's types): one run leaves the story, with or without
+    replay, since what kubectl never reached was never refused and the gate has nothing to replay."""
+    monkeypatch.setenv("KUBECTL_APPLYSET", "true")
+    suffix = f"as{'on' if replay else 'off'}-{uuid.uuid4().hex[:4]}"
+    story = Story.make(suffix)
+    applyset = _applyset_parent(realcluster, f"story-{suffix}")
+    assert realcluster.kubectl("apply", "-f", "-", input=story.reader_role()).returncode == 0
+    text = yaml.safe_dump_all(story_objects(story, replay=replay))
+    last: list[Any] = []
+
+    def applied() -> bool:  # twice on a fresh cluster: the CRs need their CRD first
+        last[:] = [realcluster.kubectl("apply", "--prune", f"--applyset={applyset}", "-f", "-", input=text)]
+        return bool(last[0].returncode == 0)
+
+    paths = story.paths()
+    with RealBackend(realcluster).finalizer_controller(story):
+        try:
+            try:
+                wait_for(applied, timeout=60, interval=1.0, what="kubectl apply --applyset of the story")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: {last[0].stderr}") from None
+            wait_for(lambda: realcluster.admin.delete(story.deployment_path, params={"dryRun": "All"}).status_code
+                     == 403, timeout=60, what="the gate to protect the provider")
+            pruned = realcluster.kubectl("apply", "--prune", f"--applyset={applyset}", "-f", "-",
+                                         input=yaml.safe_dump(keep_configmap(suffix)), timeout=120)
+            left = sorted(k for k, p in paths.items() if realcluster.admin.exists(p))
+            print(f"ApplySet prune, replay {'on' if replay else 'off'}: exit {pruned.returncode}; left {left}; "
+                  f"{pruned.stderr.strip()}")
+            assert pruned.returncode != 0, pruned.stdout
+            error = pruned.stderr.strip().splitlines()[-1]
+            assert error.startswith("error: pruning ") and "denied the request" in error, pruned.stderr
+            assert f"Deployment/{story.name('finalizer-deployment')}" in left
+            assert f"CriticalService/{story.critical_service}" in left
+        finally:
+            RepeatingDeleter(realcluster.admin, {
+                **paths, "kept": f"/api/v1/namespaces/default/configmaps/kept-{suffix}",
+                "parent": f"/apis/criticalsvc.test/v1/applysets/story-{suffix}"}).run(timeout=120)
