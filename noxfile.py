@@ -30,8 +30,10 @@ def tests(session: nox.Session) -> None:
     # --dist, -p no:xdist) to choose otherwise.
     chosen = any(a.startswith(("-n", "--numprocesses", "--dist")) or a.endswith("no:xdist") for a in session.posargs)
     parallel = [] if chosen else ["-n", "2", "--dist", "loadgroup"]
+    # The slowest tests, printed at every run: where CI's time goes (issue #22) stays visible.
+    durations = [] if any(a.startswith("--durations") for a in session.posargs) else ["--durations=40"]
     # pytest exits 5 when nothing was collected (e.g. -k matched nothing); that is not a failure here.
-    session.run("pytest", *parallel, *session.posargs, env=env, success_codes=[0, 5])
+    session.run("pytest", *parallel, *durations, *session.posargs, env=env, success_codes=[0, 5])
 
 
 @nox.session
