@@ -25,8 +25,15 @@ def tests(session: nox.Session) -> None:
     env = {"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev")}
     if shutil.which("go") is not None:
         session.run("python", "-m", "tests.realcluster", "build")
+    # Two workers: one owns the real control plane (every realcluster test, one xdist_group: see
+    # tests/conftest.py), the other runs the unit and property tests meanwhile. `-- -n0` (or any -n,
+    # --dist, -p no:xdist) to choose otherwise.
+    chosen = any(a.startswith(("-n", "--numprocesses", "--dist")) or a.endswith("no:xdist") for a in session.posargs)
+    parallel = [] if chosen else ["-n", "2", "--dist", "loadgroup"]
+    # The slowest tests, printed at every run: where CI's time goes (issue #22) stays visible.
+    durations = [] if any(a.startswith("--durations") for a in session.posargs) else ["--durations=40"]
     # pytest exits 5 when nothing was collected (e.g. -k matched nothing); that is not a failure here.
-    session.run("pytest", *session.posargs, env=env, success_codes=[0, 5])
+    session.run("pytest", *parallel, *durations, *session.posargs, env=env, success_codes=[0, 5])
 
 
 @nox.session

@@ -31,6 +31,31 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 # --- the real control plane (tests marked `realcluster`) ---------------------------------------------
 
+# CI runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`, noxfile.py): every test of the
+# real control plane goes to ONE worker, which alone starts the session's `realcluster` (and the clusters
+# of the modules that start their own: HA, faults, concurrent), while the other worker runs the CPU-bound
+# unit and property tests. The realcluster tests mostly wait on controllers (backoffs, GC, the namespace
+# controller), so the two overlap well on 2 cores. Plain `pytest` (no xdist) is unchanged.
+REALCLUSTER_GROUP = "realcluster"
+
+
+def _needs_the_real_control_plane(item: pytest.Item) -> bool:
+    return item.get_closest_marker("realcluster") is not None or "realcluster" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    real = [item for item in items if _needs_the_real_control_plane(item)]
+    for item in real:
+        item.add_marker(pytest.mark.xdist_group(REALCLUSTER_GROUP))
+    # The group is one work unit, scheduled in collection order: put it first, so that its (longest)
+    # worker starts at once and the other worker takes the rest one test at a time.
+    chosen = set(map(id, real))
+    items[:] = real + [item for item in items if id(item) not in chosen]
+
+
 @pytest.fixture(scope="session")
 def realcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     """kube-apiserver, kube-controller-manager and etcd built from the Kubernetes Go modules, with the
