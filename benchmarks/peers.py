@@ -131,10 +131,8 @@ def ensure_built(peer: Peer) -> Path | BuildFailure:
 
 def module_dir(module: str, version: str, cwd: Path) -> Path:
     """The peer's module source in the Go module cache (`go mod download -json`), for its CRDs."""
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    done = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], cwd=cwd, capture_output=True,
-                          text=True, check=True)
-    return Path(json.loads(done.stdout)["Dir"])
+    from tests.realcluster.build import module_download
+    return Path(module_download(cwd, module, version)["Dir"])
 
 
 # --- measuring ---------------------------------------------------------------------------------------

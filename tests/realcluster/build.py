@@ -222,19 +222,26 @@ def _kubernetes_version_flags(minor: str) -> tuple[str, ...]:
                  for name, value in stamps.items())
 
 
-def _module_download(module_dir: Path, path: str, version: str) -> dict[str, Any]:
-    """`go mod download -json PATH@VERSION` in `module_dir`: where the module's files are (Dir), and its
-    .info file (Info)."""
-    done = subprocess.run(["go", "mod", "download", "-json", f"{path}@{version}"], cwd=module_dir,
-                          capture_output=True, text=True, check=False)
-    found: dict[str, Any] = json.loads(done.stdout) if done.stdout.strip() else {}
-    if done.returncode != 0 or "Dir" not in found:
-        raise RuntimeError(f"go mod download {path}@{version} failed: {found.get('Error') or done.stderr.strip()}")
+def module_download(module_dir: Path, path: str, version: str | None = None) -> dict[str, Any]:
+    """`go mod download -json PATH[@VERSION]` in `module_dir`: where the module's files are (Dir), its
+    version and its .info file (Info). Without a version, the one `module_dir`'s go.mod requires, so the
+    hash checked is go.sum's; -mod=readonly (through GOFLAGS: `go mod download` takes no -mod flag) never
+    rewrites go.mod or go.sum. The one place the test and benchmark binaries' Go modules are fetched."""
+    target = f"{path}@{version}" if version else path
+    done = subprocess.run(["go", "mod", "download", "-json", target], cwd=module_dir,
+                          env={**os.environ, "GOFLAGS": "-mod=readonly"}, capture_output=True, text=True, check=False)
+    try:
+        found: dict[str, Any] = json.loads(done.stdout) if done.stdout.strip() else {}
+    except ValueError:
+        found = {}
+    if done.returncode != 0 or "Error" in found or "Dir" not in found:
+        raise RuntimeError(f"`go mod download -json {target}` in {module_dir} failed: "
+                           f"{found.get('Error') or done.stderr.strip() or done.stdout.strip()}")
     return found
 
 
 def _release_time(module_dir: Path, path: str, version: str) -> str:
-    info = json.loads(Path(_module_download(module_dir, path, version)["Info"]).read_text(encoding="utf-8"))
+    info = json.loads(Path(module_download(module_dir, path, version)["Info"]).read_text(encoding="utf-8"))
     stamp = datetime.datetime.fromisoformat(info["Time"].replace("Z", "+00:00")).astimezone(datetime.UTC)
     return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -245,7 +252,7 @@ def _ensure_kwok(root: Path, say: Any) -> None:
     if (kwok_dir / "kwok").is_file() and (kwok_dir / "stages.yaml").is_file():
         return
     module = HERE / KWOK_MODULE
-    source = Path(_module_download(module, "sigs.k8s.io/kwok", KWOK_VERSION)["Dir"]) / "kustomize" / "stage"
+    source = Path(module_download(module, "sigs.k8s.io/kwok", KWOK_VERSION)["Dir"]) / "kustomize" / "stage"
     stages = "---\n".join((source / name).read_text(encoding="utf-8") for name in KWOK_STAGES)
     _build(module, ["sigs.k8s.io/kwok/cmd/kwok"], kwok_dir, say=say, what=f"kwok {KWOK_VERSION}", output="kwok",
            extra={"stages.yaml": stages})

@@ -12,10 +12,7 @@ checkout. Nothing is compiled: the tests' ManifestWork agent (manifestwork.py) i
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -72,18 +69,7 @@ def ensure_crds(*, log: Any = None) -> list[Path]:
 
 def module_dir(module: Path = MODULE_DIR) -> Path:
     """The module's directory in the Go module cache, downloaded if needed and checked against go.sum."""
-    # No version on the command line: the one go.mod requires, so go.sum's hash is the one checked.
-    # -mod=readonly (through GOFLAGS, as `go mod download` takes no -mod flag): never rewrite go.mod/go.sum.
-    env = {**os.environ, "GOFLAGS": "-mod=readonly"}
-    done = subprocess.run(["go", "mod", "download", "-json", MODULE], cwd=module, env=env,
-                          capture_output=True, text=True, check=False)
-    try:
-        info = json.loads(done.stdout)
-    except ValueError:
-        info = {}
-    if done.returncode != 0 or "Error" in info or "Dir" not in info:
-        raise RuntimeError(f"`go mod download -json {MODULE}` in {module} failed: "
-                           f"{info.get('Error') or done.stderr.strip() or done.stdout.strip()}")
+    info = build.module_download(module, MODULE)
     if info.get("Version") != VERSION:
         raise RuntimeError(f"{module}/go.mod requires {MODULE} {info.get('Version')}, not {VERSION}")
     return Path(info["Dir"])
