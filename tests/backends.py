@@ -167,6 +167,16 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
     return str(result.stdout)
 
 
+def widget_crd(group: str) -> dict[str, Any]:
+    """A namespaced CRD `widgets.<group>` (kind Widget) that keeps whatever its objects carry."""
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"widgets.{group}"},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}}
+
+
 def deployment_manifest(name: str, namespace: str, replicas: int = 1) -> dict[str, Any]:
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},

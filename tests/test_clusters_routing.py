@@ -16,22 +16,13 @@ import pytest
 
 from criticalsvc.api import GroupResource
 from criticalsvc.routing import PROVIDERS_CONFIGURATION, Route, routes_of
-from tests.backends import Backend, unique
+from tests.backends import Backend, unique, widget_crd
 from tests.realcluster.teardown import wait_for
 
 CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
 CLUSTERROLES = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-
-
-def _crd(group: str) -> dict[str, Any]:
-    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"widgets.{group}"},
-            "spec": {"group": group, "scope": "Namespaced",
-                     "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}}
 
 
 def _service(name: str, group: str, resource: str, namespace: str, provider: str, blocker: str) -> dict[str, Any]:
@@ -79,7 +70,7 @@ def widgets(cluster: Backend) -> Iterator[str]:
                          "verbs": ["get", "list", "watch"]},
                         {"apiGroups": [group], "resources": ["widgets"], "verbs": ["get", "list", "watch"]}]}
     assert cluster.admin.create(CLUSTERROLES, reader).status_code == 201
-    assert cluster.admin.create(CRDS, _crd(group)).status_code == 201
+    assert cluster.admin.create(CRDS, widget_crd(group)).status_code == 201
     wait_for(lambda: cluster.admin.get(f"/apis/{group}/v1") is not None, timeout=60, what=f"{group}/v1 served")
     try:
         yield group

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.backends import RealBackend, deployment_manifest, protect_with_user, unique
+from tests.backends import RealBackend, deployment_manifest, protect_with_user, unique, widget_crd
 from tests.realcluster.__main__ import quick_start
 from tests.realcluster.cluster import RealCluster
 from tests.realcluster.teardown import Story, wait_for
@@ -27,15 +27,6 @@ CLUSTERROLES = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
 CSVCS = "/apis/criticalsvc.io/v1alpha1/criticalservices"
 
 
-def _crd(group: str) -> dict[str, Any]:
-    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"widgets.{group}"},
-            "spec": {"group": group, "scope": "Namespaced",
-                     "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}}
-
-
 def _reader(group: str) -> dict[str, Any]:
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": f"read-{group}", "labels": {"criticalsvc.io/aggregate-to-reader": "true"}},
@@ -46,7 +37,7 @@ def _reader(group: str) -> dict[str, Any]:
 def widgets(realcluster: RealCluster) -> Iterator[str]:
     """A CRD of a unique group that no ClusterRole lets the gate read (the test may grant it)."""
     group = f"{unique('unread')}.example.com"
-    assert realcluster.admin.create(CRDS, _crd(group)).status_code == 201
+    assert realcluster.admin.create(CRDS, widget_crd(group)).status_code == 201
     wait_for(lambda: realcluster.admin.get(f"/apis/{group}/v1") is not None, timeout=60, what=f"{group}/v1 served")
     try:
         yield group
