@@ -51,11 +51,11 @@ def _create(cluster: Backend, path: str, body: dict[str, Any]) -> dict[str, Any]
 
 
 def _refused(cluster: Backend, path: str) -> bool:
-    """The gate refuses a dry-run DELETE of `path` because it is protected: a refusal because it cannot
+    """The gate refuses a dry-run DELETE of `path` (protected, or labelled): a refusal because it cannot
     verify (a cache re-listing after another test's CriticalService changed a condition on the type) says
     nothing about protection and is waited out."""
     answer = cluster.admin.delete(path, params={"dryRun": "All"})
-    return answer.status_code == 403 and "may not be deleted yet" in answer.text
+    return answer.status_code == 403 and "could not verify" not in answer.text
 
 
 def _delete_when_allowed(cluster: Backend, path: str, *, timeout: float = 60, **params: str) -> None:
