@@ -52,7 +52,7 @@ def _create(cluster: Backend, path: str, body: dict[str, Any]) -> dict[str, Any]
 
 def _refused(cluster: Backend, path: str) -> bool:
     """The gate refuses a dry-run DELETE of `path` (protected, or labelled): a refusal because it cannot
-    verify (a cache re-listing after another test's CriticalService changed a condition on the type) says
+    verify (a cache still listing a type another test's CriticalService just started naming) says
     nothing about protection and is waited out."""
     answer = cluster.admin.delete(path, params={"dryRun": "All"})
     return answer.status_code == 403 and "could not verify" not in answer.text

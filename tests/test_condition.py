@@ -328,6 +328,34 @@ async def test_the_cache_evaluates_objects_as_they_arrive_and_relists_when_a_con
 
 
 @pytest.mark.anyio
+async def test_a_changed_condition_is_listed_again_while_decisions_go_on_from_the_old_cache() -> None:
+    """Make before break: while the successor's LIST of pods is held, decisions on pods are still made (not
+    "could not verify"); the criterion whose condition is new counts every pod, as it has no outcome of it
+    yet; once the LIST arrives the new condition decides and the old reflector is gone."""
+    with running_standin(stack(pod("done", "Succeeded"), pod("other", "Running", namespace="ns-b"))) as env:
+        async with watching(env) as cache:
+            assert await cache.wait_ready(5)
+            old = cache.reflector(PODS)
+            assert old is not None and delete_provider(cache).rule == Rule.CRITERIA_MET
+            env.faults.add(r"/api/v1/pods$", action="hang", watch=False)  # the successor's LIST waits
+            edited = env.store.get(GroupResource("criticalsvc.io", "criticalservices"), "", "db")
+            assert edited is not None
+            edited["spec"]["criteria"][0]["condition"] = "object.status.phase == 'Pending'"
+            await env.write(lambda: env.store.update(edited))
+            await eventually(lambda: env.faults.seen(r"/api/v1/pods$", watch=False) >= 2,
+                             what="the successor's LIST of pods")
+            held = delete_provider(cache)
+            assert not held.allowed and "could not verify" not in held.message, held.message
+            assert "ns-a/done" in held.message  # no outcome of the new condition yet: it counts
+            assert cache.reflector(PODS) is old
+            env.faults.clear()  # the held LIST fails once (503); the successor lists again and takes over
+            await eventually(lambda: delete_provider(cache).rule == Rule.CRITERIA_MET,
+                             what="the successor's pods to be evaluated with the new condition")
+            assert cache.reflector(PODS) is not old
+            assert_decides_as_the_store(cache, env.store)
+
+
+@pytest.mark.anyio
 async def test_a_fresh_read_evaluates_the_condition_on_the_object_it_read() -> None:
     """A cache ALLOW is confirmed on whole objects read fresh: a pod that started running since denies,
     one that failed since still allows (a metadata-only read would have no status and count)."""

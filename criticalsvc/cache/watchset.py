@@ -14,9 +14,14 @@ whole objects, not metadata only, because a condition reads spec and status; as 
 cache, the conditions of the criteria it is a candidate of are evaluated on it and only their outcomes
 are kept (criticalsvc/projection.py `project_for`, criticalsvc/objects.py), so decisions evaluate no
 CEL. When the conditioned criteria on a type change (a CriticalService adds, edits or drops one, or
-moves one to another namespace), its reflector is replaced: the fresh LIST evaluates the
-new set on every object, and until it has synced the decisions that need the type are refused, as
-for any syncing type (guarded.py) - never decided on objects whose outcome is unknown.
+moves one to another namespace), a successor reflector lists the type again with the new set, make
+before break: until its LIST arrives the old reflector stays the one decisions read (guarded.py sees
+it synced), so one tenant's edit does not make every decision on the type "cannot verify" meanwhile.
+That is safe because an object that carries no outcome of a condition counts (state.py, `_counting`):
+a criterion whose condition is new blocks on every candidate until the successor's LIST has evaluated
+it, and criteria whose conditions did not change keep their outcomes. The successor's LIST replaces
+the type's objects and it takes over; the old one is stopped. If the old reflector had not synced
+yet there is nothing to keep, and it is simply replaced.
 
 Events. Each reflector writes through its own sink into the shared MemoryState: objects are projected
 to their slim form, CriticalServices are parsed, and established CRDs are reported to the served
@@ -73,10 +78,12 @@ def _watch_key(t: ResourceType) -> tuple[str, str, str, bool]:
 
 
 class _StoreSink:
-    """Applies one reflector's events to the shared MemoryState; ignores a reflector that was replaced."""
+    """Applies one reflector's events to the shared MemoryState, projecting its objects for the conditioned
+    criteria it was started for; ignores a reflector that was replaced."""
 
-    def __init__(self, owner: WatchSet) -> None:
+    def __init__(self, owner: WatchSet, conditioned: frozenset[Criterion]) -> None:
         self.owner = owner
+        self.conditioned = conditioned
         self.reflector: Reflector | None = None  # set once the reflector exists
 
     def _current(self, gr: GroupResource) -> bool:
@@ -84,12 +91,14 @@ class _StoreSink:
         return self.reflector is not None and self.owner.reflector(gr) is self.reflector
 
     def replace(self, gr: GroupResource, items: Sequence[Mapping[str, Any]]) -> None:
+        if self.reflector is not None:
+            self.owner._take_over(gr, self.reflector)  # a successor's LIST: it becomes the current one
         if self._current(gr):
-            self.owner._replace(gr, items)
+            self.owner._replace(gr, items, self.conditioned)
 
     def upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         if self._current(gr):
-            self.owner._upsert(gr, obj)
+            self.owner._upsert(gr, obj, self.conditioned)
             self.owner._after_change(gr)
 
     def delete(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
@@ -116,7 +125,9 @@ class WatchSet:
         self.notify = notify  # the set of reflectors, or whether one has synced, changed
         self.on_watch_restart = on_watch_restart
         self.reflectors: dict[GroupResource, Reflector] = {}
-        # The criteria with conditions each reflector's objects are evaluated for (see "Conditions" above).
+        # Reflectors listing a type again for changed conditions, not read until their LIST arrives.
+        self.successors: dict[GroupResource, Reflector] = {}
+        # The criteria with conditions the newest reflector of each type evaluates (see "Conditions" above).
         self._conditioned: dict[GroupResource, frozenset[Criterion]] = {}
         # Watched types no CriticalService names any more, since when (monotonic); dropped after unwatch_after.
         self._unneeded_since: dict[GroupResource, float] = {}
@@ -128,8 +139,9 @@ class WatchSet:
 
     async def stop(self) -> None:
         """Stop every reflector, those being dropped included."""
-        reflectors = list(self.reflectors.values())
+        reflectors = [*self.reflectors.values(), *self.successors.values()]
         self.reflectors.clear()
+        self.successors.clear()
         await asyncio.gather(*(r.stop() for r in reflectors), *self._stopping, return_exceptions=True)
 
     # --- which resources are watched -------------------------------------------------------------------
@@ -154,8 +166,12 @@ class WatchSet:
         now = time.monotonic()
         for gr, reflector in list(self.reflectors.items()):
             same_conditions = self._conditioned.get(gr, frozenset()) == conditioned.get(gr, frozenset())
-            if gr in needed and _watch_key(needed[gr]) == _watch_key(reflector.resource) and same_conditions:
+            same_watch = gr in needed and _watch_key(needed[gr]) == _watch_key(reflector.resource)
+            if same_watch and same_conditions:
                 self._unneeded_since.pop(gr, None)
+            elif same_watch and reflector.synced.is_set():
+                self._unneeded_since.pop(gr, None)
+                self._succeed(needed[gr], conditioned.get(gr, frozenset()))
             elif gr in needed or self.memory.mapper.lookup(gr) is None:
                 self._drop(gr)  # another version or scope is wanted, or the type is no longer served
             elif now - self._unneeded_since.setdefault(gr, now) >= self.unwatch_after:
@@ -166,9 +182,9 @@ class WatchSet:
             if gr not in self.reflectors:
                 self._watch(t, conditioned.get(gr, frozenset()))
 
-    def _watch(self, t: ResourceType, conditioned: frozenset[Criterion]) -> None:
+    def _reflector(self, t: ResourceType, conditioned: frozenset[Criterion]) -> Reflector:
         gr = t.group_resource
-        sink = _StoreSink(self)
+        sink = _StoreSink(self, conditioned)
         self._conditioned[gr] = conditioned
         reflector = Reflector(transport=self.transport, resource=t, sink=sink,
                               metadata_only=self.metadata_only and gr not in _FULL_OBJECTS and not conditioned,
@@ -176,20 +192,53 @@ class WatchSet:
                               watch_seconds=self.watch_seconds, on_restart=self._on_restart,
                               on_synced=lambda _gr: self.notify(), rng=random.Random(self.rng.random()))
         sink.reflector = reflector
-        self.reflectors[gr] = reflector
-        log.info("watching", resource=str(gr), version=t.version,
+        return reflector
+
+    def _watch(self, t: ResourceType, conditioned: frozenset[Criterion]) -> None:
+        reflector = self._reflector(t, conditioned)
+        self.reflectors[t.group_resource] = reflector
+        log.info("watching", resource=str(t.group_resource), version=t.version,
                  conditions=sorted({str(c.condition) for c in conditioned}) or None)
         reflector.start()
         self.notify()
 
-    def _drop(self, gr: GroupResource) -> None:
-        reflector = self.reflectors.pop(gr)
-        self._conditioned.pop(gr, None)
-        self._unneeded_since.pop(gr, None)
-        log.info("no longer watching", resource=str(gr))
+    def _succeed(self, t: ResourceType, conditioned: frozenset[Criterion]) -> None:
+        """List `t` again for a changed set of conditions, beside the reflector decisions still read."""
+        gr = t.group_resource
+        earlier = self.successors.pop(gr, None)
+        if earlier is not None:  # the conditions changed again before its LIST arrived
+            self._stop(earlier)
+        reflector = self._reflector(t, conditioned)
+        self.successors[gr] = reflector
+        log.info("listing again for changed conditions", resource=str(gr), version=t.version,
+                 conditions=sorted({str(c.condition) for c in conditioned}) or None)
+        reflector.start()
+
+    def _take_over(self, gr: GroupResource, reflector: Reflector) -> None:
+        """A successor's LIST arrived: it becomes the reflector decisions read, and its predecessor stops."""
+        if self.successors.get(gr) is not reflector:
+            return
+        del self.successors[gr]
+        previous = self.reflectors.get(gr)
+        self.reflectors[gr] = reflector
+        if previous is not None:
+            self._stop(previous)
+        self.notify()
+
+    def _stop(self, reflector: Reflector) -> None:
         task = asyncio.get_running_loop().create_task(reflector.stop())
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
+
+    def _drop(self, gr: GroupResource) -> None:
+        reflector = self.reflectors.pop(gr)
+        successor = self.successors.pop(gr, None)
+        self._conditioned.pop(gr, None)
+        self._unneeded_since.pop(gr, None)
+        log.info("no longer watching", resource=str(gr))
+        self._stop(reflector)
+        if successor is not None:
+            self._stop(successor)
         self.memory.clear_resource(gr)
         if gr == CRITICAL_SERVICES:
             for cs in list(self.memory.critical_services()):
@@ -204,10 +253,11 @@ class WatchSet:
             self.on_watch_restart(str(gr))
 
     # --- applying events ------------------------------------------------------------------------------
-    def _replace(self, gr: GroupResource, items: Sequence[Mapping[str, Any]]) -> None:
+    def _replace(self, gr: GroupResource, items: Sequence[Mapping[str, Any]],
+                 conditioned: frozenset[Criterion]) -> None:
         keep: set[tuple[str, str]] = set()
         for obj in items:
-            kept = self._upsert(gr, obj)
+            kept = self._upsert(gr, obj, conditioned)
             if kept is not None:
                 keep.add((kept.namespace, kept.name))
         for old in list(self.memory.objects(gr)):
@@ -221,8 +271,8 @@ class WatchSet:
             self.served.crds_kept(name for _ns, name in keep)
         self._after_change(gr)
 
-    def _upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> KubeObject | None:
-        conditioned = self._conditioned.get(gr, frozenset())
+    def _upsert(self, gr: GroupResource, obj: Mapping[str, Any],
+                conditioned: frozenset[Criterion]) -> KubeObject | None:
         try:
             slim = criteria.project_for(obj, gr, conditioned) if conditioned else project(obj, gr)
         except InvalidInput as exc:
