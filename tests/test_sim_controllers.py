@@ -229,6 +229,48 @@ def test_pods_go_first_unless_legacy_namespace_deletion(ordered):
     assert (cm_gone[1] > pod_gone[1]) is ordered
 
 
+_POD_AND_CONFIGMAP = textwrap.dedent("""\
+    apiVersion: v1
+    kind: Namespace
+    metadata: {name: work}
+    ---
+    apiVersion: v1
+    kind: Pod
+    metadata: {name: p, namespace: work, finalizers: [example.com/hold]}
+    ---
+    apiVersion: v1
+    kind: ConfigMap
+    metadata: {name: c, namespace: work}
+    """)
+
+
+def test_while_pods_remain_the_conditions_do_not_count_the_content():
+    """kube-controller-manager v1.37 ends a pass early while pods remain and writes the conditions without the
+    content totals: ContentRemaining reads "all removed" although the pod is still there (checked on the real
+    control plane and in namespaced_resources_deleter.go); once only finalized content remains it counts."""
+    cluster = cluster_with(_POD_AND_CONFIGMAP, gate=False)
+    cluster.store.delete(ObjectRef(NAMESPACES, "", "work"))
+    run_for(cluster, 6)
+    c = conditions(cluster, "work")
+    assert (c["NamespaceContentRemaining"]["status"], c["NamespaceContentRemaining"]["reason"]) == \
+        ("False", "ContentRemoved")
+    assert c["NamespaceFinalizersRemaining"]["status"] == "False"
+    assert cluster.store.state.get(ObjectRef(PODS, "work", "p")).terminating
+
+
+def test_a_refused_pod_deletion_does_not_hold_back_the_other_types():
+    """A webhook refusing the pods' deletecollection is an error, not a remaining pod: the pass goes on and the
+    ConfigMap is deleted while the pod stays (v1.37 counts no remaining items for an erroring type)."""
+    cluster = cluster_with(_POD_AND_CONFIGMAP.replace("finalizers: [example.com/hold]", "labels: {app: p}"),
+                           gate=False)
+    add_webhook(cluster, {PODS}, allow=False)
+    cluster.store.delete(ObjectRef(NAMESPACES, "", "work"))
+    run_for(cluster, 10)
+    assert cluster.store.exists(PODS, "work", "p")
+    assert not cluster.store.exists(CONFIGMAPS, "work", "c")
+    assert conditions(cluster, "work")["NamespaceDeletionContentFailure"]["status"] == "True"
+
+
 def test_one_deletecollection_worker_stops_at_the_first_refused_item():
     """Items are deleted in name order and the call stops at a refusal: later items wait for the next retry."""
     cluster = cluster_with(OPERATOR + textwrap.dedent("""\

@@ -54,6 +54,11 @@ class _Totals:
     remaining: dict[GroupResource, int] = attrs.field(factory=dict)
     finalizers: dict[str, int] = attrs.field(factory=dict)
     errors: list[str] = attrs.field(factory=list)
+    # False when a pass ended early because pods remain: kube-controller-manager then writes the
+    # conditions without the remaining content (ProcessContentTotals is skipped), so ContentRemaining
+    # and FinalizersRemaining read "all removed" while pods terminate (v1.37.2,
+    # https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/controller/namespace/deletion/namespaced_resources_deleter.go#L551-L560).
+    counted: bool = True
 
 
 class NamespaceController:
@@ -129,8 +134,11 @@ class NamespaceController:
         if self.ordered and PODS in grs:
             # KEP-5080: pods first; while any pod remains, nothing else is deleted [E1][E2].
             self._delete_resource(PODS, namespace, totals)
-            if totals.remaining.get(PODS) or totals.errors:
+            if totals.remaining.get(PODS):
+                totals.counted = False
                 return totals
+            # A refused or failed pods deletecollection counts no remaining pods, so the pass goes on to
+            # the other types (the same lines: the error is kept, numRemaining stays 0).
             grs.remove(PODS)
         for gr in grs:
             self._delete_resource(gr, namespace, totals)  # an error is kept; the others still go [N2]
@@ -186,11 +194,11 @@ class NamespaceController:
             new["NamespaceDeletionContentFailure"] = (
                 "True", "ContentDeletionFailed",
                 f"Failed to delete all resource types, {len(msgs)} remaining: {', '.join(msgs)}")
-        if totals.remaining:
+        if totals.remaining and totals.counted:
             parts = sorted(f"{gr.resource}.{gr.group} has {n} resource instances" for gr, n in totals.remaining.items())
             new["NamespaceContentRemaining"] = ("True", "SomeResourcesRemain",
                                                 f"Some resources are remaining: {', '.join(parts)}")
-        if totals.finalizers:
+        if totals.finalizers and totals.counted:
             parts = sorted(f"{f} in {n} resource instances" for f, n in totals.finalizers.items())
             new["NamespaceFinalizersRemaining"] = (
                 "True", "SomeFinalizersRemain",
