@@ -716,7 +716,7 @@ def _wait(check: Callable[[], bool], timeout: float) -> bool:
 
 
 def scenario_finalizer(tool: Tool, env: Env) -> list[dict[str, Any]]:
-    from tests.realcluster.teardown import FinalizerController, Story
+    from tests.realcluster.teardown import Story
 
     story = Story.make("fin")
     tool.prepare(env, story)
@@ -725,9 +725,8 @@ def scenario_finalizer(tool: Tool, env: Env) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     refused, message = env.refused(story.deployment_path)
     _check(out, "DELETE Deployment while CRs carry its finalizer", "refuse", refused, message)
-    controller = FinalizerController(env.client, deployment_path=story.deployment_path,
-                                     crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
-    controller.start()
+    controller_thread = controller(env, story)
+    controller_thread.start()
     try:
         env.kubectl("delete", "coolresources." + story.group, "--all", "-n", story.cr_namespace, "--wait=false")
         env.kubectl("delete", "crd", story.crd_name, "--wait=false")
@@ -737,7 +736,7 @@ def scenario_finalizer(tool: Tool, env: Env) -> list[dict[str, Any]]:
         _check(out, "DELETE Deployment once the CRs (and their CRD) are gone", "allow", gone and allowed,
                env.refused(story.deployment_path)[1] if gone else "the CRs did not go")
     finally:
-        controller.stop()
+        controller_thread.stop()
     return out
 
 
@@ -895,7 +894,7 @@ def _story_paths(tool: Tool, story: Any, mode: str) -> dict[str, str]:
 
 def teardown(tool: Tool, env: Env, mode: str) -> dict[str, Any]:
     """Apply the story with the tool's protection, then delete it all at once by `mode`; watch it go."""
-    from tests.realcluster.teardown import FinalizerController, Observer, Story
+    from tests.realcluster.teardown import Observer, Story
 
     story = Story.make(mode.replace("-", ""))
     tool.prepare(env, story)
@@ -903,13 +902,12 @@ def teardown(tool: Tool, env: Env, mode: str) -> dict[str, Any]:
     env.apply(bundle, twice=True)
     tool.wait_protected(env, story)
     paths = _story_paths(tool, story, mode)
-    controller = FinalizerController(env.client, deployment_path=story.deployment_path,
-                                     crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
+    controller_thread = controller(env, story)
     observer = Observer(env.client, paths)
     bundle_file = env.directory / f"bundle-{mode}.yaml"
     bundle_file.write_text(bundle)
     before = rejections(env.client)
-    controller.start()
+    controller_thread.start()
     observer.start()
     started = time.monotonic()
     complete = False
@@ -940,12 +938,69 @@ def teardown(tool: Tool, env: Env, mode: str) -> dict[str, Any]:
         wall = time.monotonic() - started
     finally:
         observer.stop()
-        controller.stop()
+        controller_thread.stop()
     left = sorted(k for k, v in paths.items() if env.client.exists(v))
     return {"complete": complete, "wallSeconds": round(wall, 2) if complete else None,
             "left": left, "orderViolations": observer.order_violations(_safety(story, paths)),
             "refusedByWebhooks": rejections(env.client) - before, "kubectlRefusals": kubectl_refusals,
+            "controllerStoppedWithCRs": controller_thread.stopped_with,
             "kubectlPasses": passes if mode.startswith("kubectl") else None}
+
+
+def namespace_path(object_path: str) -> str:
+    """The REST path of the namespace of a namespaced object's REST path."""
+    _, _, rest = object_path.partition("/namespaces/")
+    if not rest:
+        raise ValueError(f"not a namespaced object's path: {object_path}")
+    return f"/api/v1/namespaces/{rest.split('/', 1)[0]}"
+
+
+def controller(env: Env, story: Any) -> Any:
+    """The story's finalizer controller as its Pods run it (tests/realcluster/teardown.py's FinalizerController is
+    a thread that runs while the Deployment object exists): it removes the finalizer while a Pod of the Deployment
+    exists and is not being deleted (kube-controller-manager's ReplicaSet controller creates it; with no kubelet
+    it stays Pending). So it stops when the Deployment is gone (the garbage collector deletes its ReplicaSet and
+    Pods) AND when the Deployment's namespace starts terminating even while a gate keeps the Deployment object:
+    a terminating namespace's Pods are deleted before anything else in it, and none can be created there any more
+    (https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/controller/namespace/deletion/namespaced_resources_deleter.go#L529-L556).
+    (A real Pod runs on for its grace period after its deletion; a controller that stops on SIGTERM does not.)
+    `stopped_with` lists the CRs still there when it stopped: each stuck for good unless its finalizer is removed
+    by something else."""
+    from tests.realcluster.client import Client
+    from tests.realcluster.teardown import FinalizerController, remove_deleting_finalizers
+
+    deployment = next(d for d in story.objects if d["kind"] == "Deployment")
+    selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
+    pods = f"{namespace_path(story.deployment_path)}/pods"
+
+    class ControllerPods(FinalizerController):
+        stopped_with: list[str] | None = None
+        started_running = False
+
+        def run(self) -> None:
+            while not self.stopping.wait(self.interval):
+                try:
+                    if self.stopped_with is not None:
+                        continue
+                    listed = self.client.request("GET", pods, params={"labelSelector": selector})
+                    running = listed.status_code == 200 and any(
+                        not p["metadata"].get("deletionTimestamp") for p in listed.json().get("items", []))
+                    if running:
+                        self.started_running = True
+                        self.removed += remove_deleting_finalizers(self.client, self.crs_path, self.finalizer)
+                    elif self.started_running:  # its Pods are gone or going: the controller has stopped
+                        crs = self.client.get(self.crs_path) or {}
+                        self.stopped_with = sorted(o["metadata"]["name"] for o in crs.get("items", []))
+                except Exception:
+                    continue
+
+        def stop(self) -> None:
+            super().stop()
+            self.client.close()
+
+    # A client of its own: one connection per thread (the others' requests run at the same time).
+    return ControllerPods(Client(env.plane.admin_kubeconfig), deployment_path=story.deployment_path,
+                          crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
 
 
 def _safety(story: Any, paths: dict[str, str]) -> dict[str, list[str]]:
@@ -992,8 +1047,9 @@ def teardown_manifestwork(tool: Tool, env: Env) -> dict[str, Any]:
     DELETEs in sorted order, Background with a UID precondition, refusals dropped), then kube-controller-manager's
     garbage collector for what the agent dropped (its AppliedManifestWork owner gone, it deletes them and
     retries each refusal, https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/controller/garbagecollector/garbagecollector.go#L350-L368)."""
+    from tests.realcluster.client import Client
     from tests.realcluster.manifestwork import Teardown
-    from tests.realcluster.teardown import FinalizerController, Observer, Story
+    from tests.realcluster.teardown import Observer, Story
 
     agent = _agent(env)
     story = Story.make("manifestwork")
@@ -1001,12 +1057,11 @@ def teardown_manifestwork(tool: Tool, env: Env) -> dict[str, Any]:
     work = agent.apply(f"story-{tool.name}", _docs(tool.story(story)))
     tool.wait_protected(env, story)
     paths = _story_paths(tool, story, "manifestwork")
-    controller = FinalizerController(env.client, deployment_path=story.deployment_path,
-                                     crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
+    controller_thread = controller(env, story)
     observer = Observer(env.client, paths)
-    agent_thread = Teardown(env.client, work)
+    agent_thread = Teardown(Client(env.plane.admin_kubeconfig), work)  # its own connection, as the controller
     before = rejections(env.client)
-    controller.start()
+    controller_thread.start()
     observer.start()
     started = time.monotonic()
     agent_thread.start()
@@ -1018,7 +1073,8 @@ def teardown_manifestwork(tool: Tool, env: Env) -> dict[str, Any]:
     finally:
         observer.stop()
         agent_thread.stop()
-        controller.stop()
+        agent_thread.client.close()
+        controller_thread.stop()
     left = sorted(k for k, v in paths.items() if env.client.exists(v))
     work_gone = agent_thread.manifestwork_gone_at
     # What was still there when the ManifestWork was gone: what its user is told is deleted, and is not (yet).
@@ -1027,6 +1083,7 @@ def teardown_manifestwork(tool: Tool, env: Env) -> dict[str, Any]:
     return {"complete": complete, "wallSeconds": round(wall, 2) if complete else None,
             "left": left, "orderViolations": observer.order_violations(_safety(story, paths)),
             "refusedByWebhooks": rejections(env.client) - before,
+            "controllerStoppedWithCRs": controller_thread.stopped_with,
             "agent": agent_answers([d.status for d in agent_thread.deletes], len(agent_thread.errors)),
             "agentDeletes": [f"{d.status} {d.path}" + (f": {d.message[:160]}" if d.message else "")
                              for d in agent_thread.deletes],

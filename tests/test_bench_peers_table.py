@@ -55,3 +55,10 @@ def test_the_table_names_a_peer_that_was_not_built_and_what_a_manifestwork_left_
     assert "| kyverno-stuck | manifestwork | NO | yes | - | - | 3 | Deployment/d |" in rows
     assert "| kyverno-stuck | 1: 0/0/0/1 | 1 | never (still there at the end) | - |" in rows
     assert "| crossplane | 5.0/9.0 / 5.0/9.0 | 5.0/9.0 / 5.0/9.0 | 2 (4) |" in rows
+
+
+def test_the_controller_model_finds_the_namespace_its_pods_die_with() -> None:
+    assert peers.namespace_path("/apis/apps/v1/namespaces/ns-a/deployments/d") == "/api/v1/namespaces/ns-a"
+    assert peers.namespace_path("/api/v1/namespaces/ns-b/pods/p") == "/api/v1/namespaces/ns-b"
+    with pytest.raises(ValueError, match="not a namespaced object's path"):
+        peers.namespace_path("/apis/compute.example.org/v1/clusters/c")
