@@ -1,6 +1,7 @@
 """The tools we replace, running beside criticalsvc: the same scenarios on fresh real control planes, one table.
 
-    python -m benchmarks peers [--tools none,criticalsvc,crossplane,kyverno] [--deletes 60] [--json]
+    python -m benchmarks peers [--tools none,criticalsvc,crossplane,kyverno] [--deletes 60] [--rounds 4] [--json]
+                               [--scenarios finalizer,...] [--teardowns kubectl-once,...] [--out F] [--keep DIR]
     python -m benchmarks peers build [--tools crossplane,kyverno]    # build the peers only
 
 Not part of CI (it builds two other projects and starts four control planes). Each tool gets its own
@@ -17,13 +18,16 @@ not expressible in it, with the reason):
 - `lock`: an object lock - while a Lock exists the ConfigMap of the same name may be neither deleted nor
   changed; once the Lock is gone both are allowed;
 - the reference story torn down all at once by `kubectl delete -f` (one pass, and repeated every second
-  until everything is gone), and by deleting its namespaces (and its CRD) once: whether it completes,
+  until everything is gone), by deleting its namespaces (and its CRD) once, and as an Open Cluster
+  Management ManifestWork by deleting the ManifestWork (the work agent's deletion path,
+  tests/realcluster/manifestwork.py: one sorted pass, refusals dropped, the garbage collector finishing;
+  with what the agent's DELETEs got and how it read them): whether it completes,
   whether it came apart in a safe order (no finalizer's controller gone while a CR that needs it was
   still there), its time against the ideal (the same story deleted phase by phase, in a safe order,
   with no webhook), and how many requests the webhooks refused (apiserver_admission_webhook_rejection_count);
-- DELETE latency through kube-apiserver of objects nothing protects (Deployments with 0 replicas), at 1
-  and 8 concurrent deleters, before the tool is installed (no webhook) and with it; and the resident
-  memory (VmRSS, VmHWM) of the tool's process at the end.
+- the resident memory (VmRSS, VmHWM) of the tool's process after all that; then DELETE latency through
+  kube-apiserver of objects nothing protects (Deployments with 0 replicas), at 1 and 8 concurrent
+  deleters, with the tool and with no webhook at all, in alternating rounds (`Webhooks`).
 
 `none` is the negative control: the same scenarios with no tool must fail every "refuses what it must".
 
@@ -44,6 +48,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -204,6 +209,114 @@ def latency_summary(samples: list[float]) -> dict[str, float]:
             "n": len(samples)}
 
 
+LATENCY_MODES = ("none", "tool")
+
+
+def round_order(round_index: int) -> tuple[str, ...]:
+    """The modes of one latency round, the first one alternating from round to round (so that outside load
+    and drift - this machine is shared - land on both alike, as benchmarks/realcluster.py rotates its modes)."""
+    return LATENCY_MODES if round_index % 2 == 0 else LATENCY_MODES[::-1]
+
+
+WEBHOOK_COLLECTIONS = tuple(f"/apis/admissionregistration.k8s.io/v1/{kind}"
+                            for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"))
+PROBE_NAMESPACE, PROBE_NAME = "latency-probe", "probe"
+
+
+class Webhooks:
+    """The tool installed (`tool`) or not (`none`) on one control plane, switched between latency rounds.
+
+    `none`: the tool's process is paused (SIGSTOP: Kyverno re-registers its webhook configurations itself, and
+    criticalsvc keeps one of its own current) and every webhook configuration is deleted; `tool`: the
+    configurations as they were are created again and the process continued. Each switch waits until a
+    probe - a dry-run DELETE of a ConfigMap the tool locks (its `lock` expression) - is refused (`tool`) or
+    allowed (`none`). No tool (`none` as the tool): nothing to switch; both modes measure the same thing."""
+
+    def __init__(self, tool: Tool, env: Env) -> None:
+        self.tool, self.env = tool, env
+        self.probe = f"/api/v1/namespaces/{PROBE_NAMESPACE}/configmaps/{PROBE_NAME}"
+        self.saved: list[tuple[str, dict[str, Any]]] = []
+        self.polluted: list[str] = []  # configurations seen registered during a `none` round
+        self.active = bool(tool.lock(PROBE_NAMESPACE, PROBE_NAME)) and env.process is not None
+
+    def install_probe(self) -> None:
+        if not self.active:
+            return
+        env = self.env
+        env.apply(LOCK_CRD, twice=True)
+        env.apply(_dump([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE}},
+                         {"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": PROBE_NAME, "namespace": PROBE_NAMESPACE}},
+                         {"apiVersion": "locking.example.com/v1", "kind": "Lock",
+                          "metadata": {"name": PROBE_NAME, "namespace": PROBE_NAMESPACE}}]))
+        env.apply(self.tool.lock(PROBE_NAMESPACE, PROBE_NAME))
+        if not _wait(lambda: env.refused(self.probe)[0], 90):
+            raise AssertionError(f"the latency probe {self.probe} was never refused")
+        for collection in WEBHOOK_COLLECTIONS:
+            for item in (env.client.get(collection) or {}).get("items", []):
+                meta = item["metadata"]
+                body = {k: v for k, v in item.items() if k not in ("status",)}
+                body["metadata"] = {k: meta[k] for k in ("name", "labels", "annotations") if k in meta}
+                self.saved.append((collection, body))
+
+    def _registered(self) -> list[str]:
+        return [item["metadata"]["name"] for collection in WEBHOOK_COLLECTIONS
+                for item in (self.env.client.get(collection) or {}).get("items", [])]
+
+    def set(self, mode: str) -> None:
+        if not self.active:
+            return
+        env = self.env
+        if mode == "none":
+            env.process.signal(signal.SIGSTOP)
+            for collection, body in self.saved:
+                env.client.delete(f"{collection}/{body['metadata']['name']}")
+            ok = _wait(lambda: not self._registered() and not env.refused(self.probe)[0], 60)
+        else:
+            for collection, body in self.saved:
+                response = env.client.create(collection, body)
+                if response.status_code not in (201, 409):
+                    raise AssertionError(f"re-creating {body['metadata']['name']}: {_message(response)}")
+            env.process.signal(signal.SIGCONT)
+            ok = _wait(lambda: env.refused(self.probe)[0], 90)
+        if not ok:
+            raise AssertionError(f"the latency probe did not show the mode {mode!r} within the timeout")
+
+    def check_none(self) -> None:
+        """After a `none` round: note any configuration that came back during it (the round then was not bare)."""
+        if self.active:
+            self.polluted += self._registered()
+
+    def restore(self) -> None:
+        if self.active:
+            self.set("tool")
+
+
+def measure_latency(tool: Tool, env: Env, *, deletes: int, rounds: int) -> dict[str, Any]:
+    """DELETE latency of unprotected Deployments at 1 and 8 concurrent deleters, the tool installed and not,
+    `rounds` rounds of `deletes` per mode, alternating (round_order)."""
+    switch = Webhooks(tool, env)
+    switch.install_probe()
+    out: dict[str, Any] = {"rounds": rounds, "deletesPerRound": deletes, "switched": switch.active}
+    try:
+        for deleters in (1, 8):
+            samples: dict[str, list[float]] = {m: [] for m in LATENCY_MODES}
+            for r in range(rounds):
+                for mode in round_order(r):
+                    switch.set(mode)
+                    samples[mode] += delete_latency(env.plane.admin_kubeconfig, "bench", count=deletes,
+                                                    deleters=deleters, tag=f"{mode}{deleters}-{r}")
+                    if mode == "none":
+                        switch.check_none()
+            for mode, taken in samples.items():
+                out[f"{mode}{deleters}"] = latency_summary(taken)
+    finally:
+        switch.restore()
+    if switch.polluted:
+        out["noneRoundsWithWebhooks"] = sorted(set(switch.polluted))
+    return out
+
+
 # --- the tools -----------------------------------------------------------------------------------------
 
 @attrs.define
@@ -215,6 +328,7 @@ class Env:
     directory: Path
     process: Any = None  # the tool's own process (a tests.realcluster.controlplane.Process), if any
     pid: int | None = None
+    agent: Any = None  # the ManifestWork agent (tests/realcluster/manifestwork.py), once its CRDs are installed
 
     def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> Any:
         return self.plane.kubectl(*args, input=input, timeout=timeout)
@@ -602,7 +716,7 @@ def _wait(check: Callable[[], bool], timeout: float) -> bool:
 
 
 def scenario_finalizer(tool: Tool, env: Env) -> list[dict[str, Any]]:
-    from tests.realcluster.teardown import FinalizerController, Story
+    from tests.realcluster.teardown import Story
 
     story = Story.make("fin")
     tool.prepare(env, story)
@@ -611,9 +725,8 @@ def scenario_finalizer(tool: Tool, env: Env) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     refused, message = env.refused(story.deployment_path)
     _check(out, "DELETE Deployment while CRs carry its finalizer", "refuse", refused, message)
-    controller = FinalizerController(env.client, deployment_path=story.deployment_path,
-                                     crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
-    controller.start()
+    controller_thread = controller(env, story)
+    controller_thread.start()
     try:
         env.kubectl("delete", "coolresources." + story.group, "--all", "-n", story.cr_namespace, "--wait=false")
         env.kubectl("delete", "crd", story.crd_name, "--wait=false")
@@ -623,7 +736,7 @@ def scenario_finalizer(tool: Tool, env: Env) -> list[dict[str, Any]]:
         _check(out, "DELETE Deployment once the CRs (and their CRD) are gone", "allow", gone and allowed,
                env.refused(story.deployment_path)[1] if gone else "the CRs did not go")
     finally:
-        controller.stop()
+        controller_thread.stop()
     return out
 
 
@@ -781,7 +894,7 @@ def _story_paths(tool: Tool, story: Any, mode: str) -> dict[str, str]:
 
 def teardown(tool: Tool, env: Env, mode: str) -> dict[str, Any]:
     """Apply the story with the tool's protection, then delete it all at once by `mode`; watch it go."""
-    from tests.realcluster.teardown import FinalizerController, Observer, Story
+    from tests.realcluster.teardown import Observer, Story
 
     story = Story.make(mode.replace("-", ""))
     tool.prepare(env, story)
@@ -789,13 +902,12 @@ def teardown(tool: Tool, env: Env, mode: str) -> dict[str, Any]:
     env.apply(bundle, twice=True)
     tool.wait_protected(env, story)
     paths = _story_paths(tool, story, mode)
-    controller = FinalizerController(env.client, deployment_path=story.deployment_path,
-                                     crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
+    controller_thread = controller(env, story)
     observer = Observer(env.client, paths)
     bundle_file = env.directory / f"bundle-{mode}.yaml"
     bundle_file.write_text(bundle)
     before = rejections(env.client)
-    controller.start()
+    controller_thread.start()
     observer.start()
     started = time.monotonic()
     complete = False
@@ -826,25 +938,167 @@ def teardown(tool: Tool, env: Env, mode: str) -> dict[str, Any]:
         wall = time.monotonic() - started
     finally:
         observer.stop()
-        controller.stop()
+        controller_thread.stop()
     left = sorted(k for k, v in paths.items() if env.client.exists(v))
-    # Unsafe: the finalizer's controller (the Deployment, or its namespace) gone while a CR that needs it was
-    # still there; a CR left then is stuck for good. (The design's order also puts the CRD first; a CRD
-    # whose CRs are all gone needs no controller, so that stricter order is not asked of every tool.)
-    crs = [k for k in paths if k.startswith("CoolResource/")]
-    safety = {k: crs for k in paths if k.startswith(("Deployment/", f"Namespace/{story.namespace}"))}
     return {"complete": complete, "wallSeconds": round(wall, 2) if complete else None,
-            "left": left, "orderViolations": observer.order_violations(safety),
+            "left": left, "orderViolations": observer.order_violations(_safety(story, paths)),
             "refusedByWebhooks": rejections(env.client) - before, "kubectlRefusals": kubectl_refusals,
+            "controllerStoppedWithCRs": controller_thread.stopped_with,
             "kubectlPasses": passes if mode.startswith("kubectl") else None}
 
 
-TEARDOWNS = ("kubectl-once", "kubectl-repeat", "namespace")
+def namespace_path(object_path: str) -> str:
+    """The REST path of the namespace of a namespaced object's REST path."""
+    _, _, rest = object_path.partition("/namespaces/")
+    if not rest:
+        raise ValueError(f"not a namespaced object's path: {object_path}")
+    return f"/api/v1/namespaces/{rest.split('/', 1)[0]}"
+
+
+def controller(env: Env, story: Any) -> Any:
+    """The story's finalizer controller as its Pods run it (tests/realcluster/teardown.py's FinalizerController is
+    a thread that runs while the Deployment object exists): it removes the finalizer while a Pod of the Deployment
+    exists and is not being deleted (kube-controller-manager's ReplicaSet controller creates it; with no kubelet
+    it stays Pending). So it stops when the Deployment is gone (the garbage collector deletes its ReplicaSet and
+    Pods) AND when the Deployment's namespace starts terminating even while a gate keeps the Deployment object:
+    a terminating namespace's Pods are deleted before anything else in it, and none can be created there any more
+    (https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/controller/namespace/deletion/namespaced_resources_deleter.go#L529-L556).
+    (A real Pod runs on for its grace period after its deletion; a controller that stops on SIGTERM does not.)
+    `stopped_with` lists the CRs still there when it stopped: each stuck for good unless its finalizer is removed
+    by something else."""
+    from tests.realcluster.client import Client
+    from tests.realcluster.teardown import FinalizerController, remove_deleting_finalizers
+
+    deployment = next(d for d in story.objects if d["kind"] == "Deployment")
+    selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
+    pods = f"{namespace_path(story.deployment_path)}/pods"
+
+    class ControllerPods(FinalizerController):
+        stopped_with: list[str] | None = None
+        started_running = False
+
+        def run(self) -> None:
+            while not self.stopping.wait(self.interval):
+                try:
+                    if self.stopped_with is not None:
+                        continue
+                    listed = self.client.request("GET", pods, params={"labelSelector": selector})
+                    running = listed.status_code == 200 and any(
+                        not p["metadata"].get("deletionTimestamp") for p in listed.json().get("items", []))
+                    if running:
+                        self.started_running = True
+                        self.removed += remove_deleting_finalizers(self.client, self.crs_path, self.finalizer)
+                    elif self.started_running:  # its Pods are gone or going: the controller has stopped
+                        crs = self.client.get(self.crs_path) or {}
+                        self.stopped_with = sorted(o["metadata"]["name"] for o in crs.get("items", []))
+                except Exception:
+                    continue
+
+        def stop(self) -> None:
+            super().stop()
+            self.client.close()
+
+    # A client of its own: one connection per thread (the others' requests run at the same time).
+    return ControllerPods(Client(env.plane.admin_kubeconfig), deployment_path=story.deployment_path,
+                          crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
+
+
+def _safety(story: Any, paths: dict[str, str]) -> dict[str, list[str]]:
+    """Unsafe: the finalizer's controller (the Deployment, or its namespace) gone while a CR that needs it was
+    still there; a CR left then is stuck for good. (The design's order also puts the CRD first; a CRD whose CRs
+    are all gone needs no controller, so that stricter order is not asked of every tool.)"""
+    crs = [k for k in paths if k.startswith("CoolResource/")]
+    return {k: crs for k in paths if k.startswith(("Deployment/", f"Namespace/{story.namespace}"))}
+
+
+MANIFESTWORK_TIMEOUT = 120.0  # the garbage collector retries a refusal 5 ms·2ⁿ: its later retries are seconds apart
+
+
+def agent_answers(statuses: list[int], sync_errors: int) -> dict[str, int]:
+    """What the work agent's one pass of DELETEs got, as the agent reads it
+    (https://github.com/open-cluster-management-io/ocm/blob/v1.3.1/pkg/work/helper/helpers.go#L253-L265):
+    `deleted` (2xx: waited for), `gone` (404), `forgotten` (409: taken for a failed UID precondition and dropped
+    without an error: the ManifestWork reports nothing), `failed` (any other refusal: dropped too, but the sync
+    returns an error); `syncErrors`, the syncs that returned one."""
+    out = {"sent": len(statuses), "deleted": 0, "gone": 0, "forgotten": 0, "failed": 0, "syncErrors": sync_errors}
+    for status in statuses:
+        key = ("deleted" if status < 300 else "gone" if status == 404 else "forgotten" if status == 409
+               else "failed")
+        out[key] += 1
+    return out
+
+
+def _agent(env: Env) -> Any:
+    """The ManifestWork agent for this control plane, its CRDs installed (and the garbage collector watching
+    AppliedManifestWorks, as on a managed cluster where the agent has long run) on first use."""
+    if env.agent is None:
+        from tests.realcluster import ocmcrds
+        from tests.realcluster.manifestwork import ManifestWorkAgent
+
+        agent = ManifestWorkAgent(env.client, cluster_namespace="cluster1")
+        agent.install_crds(env.kubectl, [p.read_text() for p in ocmcrds.ensure_crds()])
+        env.agent = agent
+    return env.agent
+
+
+def teardown_manifestwork(tool: Tool, env: Env) -> dict[str, Any]:
+    """The story delivered as one ManifestWork (its bundle, with the tool's protection in it) and torn down by
+    deleting the ManifestWork: the work agent's deletion path (tests/realcluster/manifestwork.py: one pass of
+    DELETEs in sorted order, Background with a UID precondition, refusals dropped), then kube-controller-manager's
+    garbage collector for what the agent dropped (its AppliedManifestWork owner gone, it deletes them and
+    retries each refusal, https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/controller/garbagecollector/garbagecollector.go#L350-L368)."""
+    from tests.realcluster.client import Client
+    from tests.realcluster.manifestwork import Teardown
+    from tests.realcluster.teardown import Observer, Story
+
+    agent = _agent(env)
+    story = Story.make("manifestwork")
+    tool.prepare(env, story)
+    work = agent.apply(f"story-{tool.name}", _docs(tool.story(story)))
+    tool.wait_protected(env, story)
+    paths = _story_paths(tool, story, "manifestwork")
+    controller_thread = controller(env, story)
+    observer = Observer(env.client, paths)
+    agent_thread = Teardown(Client(env.plane.admin_kubeconfig), work)  # its own connection, as the controller
+    before = rejections(env.client)
+    controller_thread.start()
+    observer.start()
+    started = time.monotonic()
+    agent_thread.start()
+    complete = False
+    try:
+        complete = _wait(lambda: not any(env.client.exists(p) for p in paths.values()), MANIFESTWORK_TIMEOUT)
+        wall = time.monotonic() - started
+        _wait(lambda: agent_thread.manifestwork_gone_at is not None, 10)
+    finally:
+        observer.stop()
+        agent_thread.stop()
+        agent_thread.client.close()
+        controller_thread.stop()
+    left = sorted(k for k, v in paths.items() if env.client.exists(v))
+    work_gone = agent_thread.manifestwork_gone_at
+    # What was still there when the ManifestWork was gone: what its user is told is deleted, and is not (yet).
+    after_work = (sorted(k for k in paths if observer.gone_at.get(k, float("inf")) > work_gone)
+                  if work_gone is not None else None)
+    return {"complete": complete, "wallSeconds": round(wall, 2) if complete else None,
+            "left": left, "orderViolations": observer.order_violations(_safety(story, paths)),
+            "refusedByWebhooks": rejections(env.client) - before,
+            "controllerStoppedWithCRs": controller_thread.stopped_with,
+            "agent": agent_answers([d.status for d in agent_thread.deletes], len(agent_thread.errors)),
+            "agentDeletes": [f"{d.status} {d.path}" + (f": {d.message[:160]}" if d.message else "")
+                             for d in agent_thread.deletes],
+            "agentErrors": agent_thread.errors[:5],
+            "manifestWorkGoneSeconds": round(work_gone - started, 2) if work_gone is not None else None,
+            "leftWhenManifestWorkGone": after_work}
+
+
+TEARDOWNS = ("kubectl-once", "kubectl-repeat", "namespace", "manifestwork")
 
 
 # --- one tool, end to end ----------------------------------------------------------------------------
 
-def run_tool(tool: Tool, binaries: Any, directory: Path, *, deletes: int, with_ideal: bool) -> dict[str, Any]:
+def run_tool(tool: Tool, binaries: Any, directory: Path, *, deletes: int, rounds: int, with_ideal: bool,
+             scenarios: tuple[str, ...] = tuple(SCENARIOS), teardowns: tuple[str, ...] = TEARDOWNS) -> dict[str, Any]:
     from tests.realcluster.client import Client
     from tests.realcluster.controlplane import ControlPlane
 
@@ -857,36 +1111,31 @@ def run_tool(tool: Tool, binaries: Any, directory: Path, *, deletes: int, with_i
         client = Client(plane.admin_kubeconfig)
         env = Env(plane, client, directory)
         assert env.kubectl("create", "namespace", "bench").returncode == 0
-        latency: dict[str, Any] = {}
-        for deleters in (1, 8):  # before the tool: no webhook at all
-            latency[f"bare{deleters}"] = latency_summary(delete_latency(
-                plane.admin_kubeconfig, "bench", count=deletes, deleters=deleters, tag=f"bare{deleters}"))
         started = time.monotonic()
         tool.install(env)
         result["installSeconds"] = round(time.monotonic() - started, 1)
-        scenarios: dict[str, Any] = {}
-        for name, scenario in SCENARIOS.items():
+        done: dict[str, Any] = {}
+        for name in scenarios:
             try:
-                scenarios[name] = {"checks": scenario(tool, env)}
+                done[name] = {"checks": SCENARIOS[name](tool, env)}
             except NotExpressible as why:
-                scenarios[name] = {"notExpressible": str(why)}
+                done[name] = {"notExpressible": str(why)}
             except Exception as exc:  # one scenario's failure is reported, the others still run
-                scenarios[name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
-        result["scenarios"] = scenarios
-        teardowns: dict[str, Any] = {}
-        for mode in (("ideal",) if with_ideal else ()) + TEARDOWNS:
+                done[name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+        result["scenarios"] = done
+        torn: dict[str, Any] = {}
+        for mode in (("ideal",) if with_ideal else ()) + teardowns:
             try:
-                teardowns[mode] = teardown(tool, env, mode)
+                torn[mode] = (teardown_manifestwork(tool, env) if mode == "manifestwork"
+                              else teardown(tool, env, mode))
             except Exception as exc:
-                teardowns[mode] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
-        result["teardowns"] = teardowns
-        # With the tool: after everything, in its steady state (not while it starts its informers).
-        for deleters in (1, 8):
-            latency[f"tool{deleters}"] = latency_summary(delete_latency(
-                plane.admin_kubeconfig, "bench", count=deletes, deleters=deleters, tag=f"tool{deleters}"))
-        result["deleteLatency"] = latency
+                torn[mode] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+        result["teardowns"] = torn
+        # After everything, in the tool's steady state (not while it starts its informers): its memory, then
+        # DELETE latency with it and without it, alternating.
         if env.pid is not None:
             result["memoryKiB"] = rss_kib(env.pid)
+        result["deleteLatency"] = measure_latency(tool, env, deletes=deletes, rounds=rounds)
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"[:600]
         if env is not None and env.process is not None:
@@ -927,6 +1176,8 @@ def render(results: list[dict[str, Any]]) -> str:
     lines = ["| tool | scenario | refuses what it must | allows what it may | replays |",
              "|---|---|---|---|---|"]
     for r in results:
+        if "scenarios" not in r:
+            lines.append(f"| {r['tool']} | - | {r.get('build') or r.get('error') or '-'} | | |")
         for name, s in (r.get("scenarios") or {}).items():
             if "checks" in s:
                 c = s["checks"]
@@ -947,7 +1198,20 @@ def render(results: list[dict[str, Any]]) -> str:
             lines.append(f"| {r['tool']} | {mode} | {'yes' if t['complete'] else 'NO'} | "
                          f"{'yes' if not t['orderViolations'] else 'NO'} | {t['wallSeconds'] or '-'} | {ratio} | "
                          f"{t['refusedByWebhooks']} | {', '.join(t['left']) or '-'} |")
-    lines += ["", "| tool | DELETE p50/p99 ms, 1 deleter: none → tool | 8 deleters: none → tool | RSS MiB (peak) |",
+    lines += ["", "| tool | ManifestWork teardown: the agent's DELETEs (sent: deleted/gone/forgotten on 409/failed) "
+              "| the agent's sync errors | ManifestWork gone after (s) | left when the ManifestWork was gone |",
+              "|---|---|---|---|---|"]
+    for r in results:
+        t = (r.get("teardowns") or {}).get("manifestwork") or {}
+        if "agent" not in t:
+            continue
+        a = t["agent"]
+        left = t["leftWhenManifestWorkGone"]
+        gone = t["manifestWorkGoneSeconds"]
+        lines.append(f"| {r['tool']} | {a['sent']}: {a['deleted']}/{a['gone']}/{a['forgotten']}/{a['failed']} | "
+                     f"{a['syncErrors']} | {gone if gone is not None else 'never (still there at the end)'} | "
+                     f"{(', '.join(left) or '-') if left is not None else '-'} |")
+    lines += ["", "| tool | DELETE p50/p99 ms, 1 deleter: none / tool | 8 deleters: none / tool | RSS MiB (peak) |",
               "|---|---|---|---|"]
     for r in results:
         lat = r.get("deleteLatency")
@@ -956,9 +1220,11 @@ def render(results: list[dict[str, Any]]) -> str:
             continue
         mem = r.get("memoryKiB") or {}
         memory = f"{mem['VmRSS'] / 1024:.0f} ({mem['VmHWM'] / 1024:.0f})" if mem else "-"
-        pair = {k: f"{v['p50Ms']}/{v['p99Ms']}" for k, v in lat.items()}
-        lines.append(f"| {r['tool']} | {pair['bare1']} → {pair['tool1']} | {pair['bare8']} → {pair['tool8']} | "
-                     f"{memory} |")
+        pair = {k: f"{v['p50Ms']}/{v['p99Ms']}" for k, v in lat.items() if isinstance(v, dict)}
+        note = f" (webhooks seen during a `none` round: {', '.join(lat['noneRoundsWithWebhooks'])})" \
+            if lat.get("noneRoundsWithWebhooks") else ""
+        lines.append(f"| {r['tool']} | {pair['none1']} / {pair['tool1']} | {pair['none8']} / {pair['tool8']} | "
+                     f"{memory}{note} |")
     return "\n".join(lines)
 
 
@@ -966,7 +1232,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks peers", description=__doc__.splitlines()[0])
     parser.add_argument("action", nargs="?", choices=("run", "build"), default="run")
     parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated (default: %(default)s)")
-    parser.add_argument("--deletes", type=int, default=60, help="DELETEs per latency run (default: %(default)s)")
+    parser.add_argument("--deletes", type=int, default=60, help="DELETEs per latency round (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="latency rounds per mode (tool, none) and concurrency (default: %(default)s)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated (default: %(default)s)")
+    parser.add_argument("--teardowns", default=",".join(TEARDOWNS), help="comma-separated (default: %(default)s)")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     parser.add_argument("--keep", type=Path, help="keep each tool's run directory (logs) under this directory")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
@@ -975,6 +1245,11 @@ def main(argv: list[str]) -> int:
     unknown = [n for n in names if n not in TOOLS]
     if unknown:
         parser.error(f"--tools: unknown {', '.join(unknown)} (known: {', '.join(TOOLS)})")
+    scenarios = tuple(n for n in args.scenarios.split(",") if n)
+    teardowns = tuple(n for n in args.teardowns.split(",") if n)
+    for flag, asked, known in (("--scenarios", scenarios, tuple(SCENARIOS)), ("--teardowns", teardowns, TEARDOWNS)):
+        if set(asked) - set(known):
+            parser.error(f"{flag}: unknown {', '.join(sorted(set(asked) - set(known)))} (known: {', '.join(known)})")
     if args.action == "build":
         worst = 0
         for name in names:
@@ -1003,7 +1278,8 @@ def main(argv: list[str]) -> int:
             directory = args.keep / name if args.keep else Path(tmp)
             if args.keep:
                 shutil.rmtree(directory, ignore_errors=True)
-            results.append(run_tool(tool, binaries, directory, deletes=args.deletes, with_ideal=name == "none"))
+            results.append(run_tool(tool, binaries, directory, deletes=args.deletes, rounds=args.rounds,
+                                    with_ideal=name == "none", scenarios=scenarios, teardowns=teardowns))
     section = {"kubernetes": binaries.kubernetes_version, "results": results}
     if args.out:
         args.out.write_text(json.dumps(section, indent=2))
