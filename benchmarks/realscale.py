@@ -404,18 +404,34 @@ def gate_requests_between(audit_log: Path, start: float, end: float) -> Counter[
     return Counter(key(r) for r in gate_requests(audit_log, since=start)) - later
 
 
+def _cpu_seconds(process: Any) -> float:
+    """User + system CPU time the process has used (/proc/PID/stat fields 14 and 15, in clock ticks)."""
+    import os
+
+    fields = Path(f"/proc/{process.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def idle(cluster: Env, seconds: float) -> dict[str, Any]:
-    """The gate's API requests per second in two windows of `seconds` right after ready."""
+    """The gate's API requests per second in two windows of `seconds` right after ready; over the second,
+    each replica's CPU share and the serving loop's lag (the gate's own histograms)."""
+    replicas = cluster.gate.replicas
     t0 = time.time()
     time.sleep(seconds)
     t1 = time.time()
+    cpu_before = [_cpu_seconds(r.process) for r in replicas]
+    metrics_before = "\n".join(r.metrics() for r in replicas)
     time.sleep(seconds)
     t2 = time.time()
+    cpu = [round(100 * (_cpu_seconds(r.process) - b) / (t2 - t1), 1) for r, b in zip(replicas, cpu_before, strict=True)]
+    view = _gate_view(metrics_before, "\n".join(r.metrics() for r in replicas))
     time.sleep(1)  # the audit log is written as requests complete
     first = gate_requests_between(cluster.plane.audit_log, t0, t1)
     second = gate_requests_between(cluster.plane.audit_log, t1, t2)
     return {"windowSeconds": seconds, "firstWindowPerSecond": per_second(first, t1 - t0),
-            "secondWindowPerSecond": per_second(second, t2 - t1)}
+            "secondWindowPerSecond": per_second(second, t2 - t1), "secondWindowCpuPercent": cpu,
+            "secondWindowLoopLagP99Ms": view.get("loopLagP99Ms"),
+            "secondWindowLoopLagOnCpuP99Ms": view.get("loopLagOnCpuP99Ms")}
 
 
 def stage(cluster: Env, name: str, layout: Layout, before: Layout, *, replicas: int,
@@ -708,6 +724,10 @@ def table(result: dict[str, Any]) -> list[str]:
     rows.append(("gate's API requests/s idle, first window (then second)",
                  col(lambda s: f"{s['idleRequests']['firstWindowPerSecond']['total']} "
                                f"({s['idleRequests']['secondWindowPerSecond']['total']})"), ""))
+    rows.append(("idle (second window): CPU % per replica; loop lag p99 ms (on CPU)",
+                 col(lambda s: f"{' / '.join(str(c) for c in s['idleRequests']['secondWindowCpuPercent'])}; "
+                               f"{s['idleRequests']['secondWindowLoopLagP99Ms']} "
+                               f"({s['idleRequests']['secondWindowLoopLagOnCpuP99Ms']})"), ""))
     decide = inproc.get("decide", {})
     rows.append(("decision p50 / p99 ms, cache only",
                  col(lambda s: f"{s['decisions']['gateView']['cacheDecisionP50Ms']} / "
