@@ -665,9 +665,45 @@ def _per_object(stages: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- the same points in-process ---------------------------------------------------------------------------------
+def manifests(layout: Layout) -> list[Any]:
+    """Every object the benchmark creates for `layout`, as the gate's in-process state builder takes them
+    (criticalsvc.snapshot.build_state): namespaced as its path says, each with a uid."""
+    from criticalsvc.manifests import Manifest
+
+    out = []
+    for path, body in [*layout.namespaces_from(EMPTY), *layout.objects_from(EMPTY), *layout.pods_from(EMPTY),
+                       *layout.services_from(EMPTY)]:
+        obj = {**body, "metadata": {**body["metadata"], "uid": f"uid-{len(out)}"}}
+        if "/namespaces/" in path:
+            obj["metadata"]["namespace"] = path.split("/namespaces/")[1].split("/")[0]
+        out.append(Manifest(obj, f"generated: document {len(out) + 1}"))
+    return out
+
+
+def status_pass(services: int, passes: int = 3) -> dict[str, Any]:
+    """The leader's status pass (compute_status for every CriticalService, criticalsvc/statuswriter.py) over
+    `services` CriticalServices of this benchmark's kinds, each namespace holding 10 ConfigMaps: CPU ms per
+    pass, the fastest of `passes` after a first one. It ran on the event loop without a pause until the pass
+    was sliced (statuswriter.LOOP_SLICE)."""
+    from criticalsvc.snapshot import build_state
+    from criticalsvc.status import compute_status
+
+    state = build_state(manifests(Layout(services, 10 * services, services, services)))
+    timings = []
+    for _ in range(passes + 1):
+        started = time.perf_counter()
+        for cs in state.critical_services():
+            compute_status(cs, state, now=time.time())
+        timings.append(time.perf_counter() - started)
+    return {"services": services, "msPerPass": round(1000 * min(timings[1:]), 1),
+            "msPerPassFirst": round(1000 * timings[0], 1)}
+
+
 def run_inprocess(layout: Layout) -> dict[str, Any]:
     from . import scale
 
+    statuses = status_pass(layout.services)
+    print(f"   realscale: in-process status pass {statuses}", file=sys.stderr, flush=True)
     memory = scale.memory_per_object(layout.configmaps)
     print(f"   realscale: in-process {memory['bytesPerObject']} B per cached object", file=sys.stderr, flush=True)
     services = max(1, layout.services)
@@ -680,7 +716,7 @@ def run_inprocess(layout: Layout) -> dict[str, Any]:
         coldstart = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
         coldstart = {"error": f"exit {done.returncode}, no JSON result"}
-    return {"memory": memory, "decide": swept, "coldstart": coldstart}
+    return {"memory": memory, "decide": swept, "coldstart": coldstart, "statusPass": statuses}
 
 
 # --- the report -----------------------------------------------------------------------------------------------
@@ -752,6 +788,8 @@ def table(result: dict[str, Any]) -> list[str]:
             out.append(f"{ms[len(ms) // 2]}" if ms else "never allowed")
         return " / ".join(out)
 
+    rows.append(("leader's status pass over every CriticalService, ms of CPU", [""] * len(names),
+                 inproc.get("statusPass", {}).get("msPerPass", "")))
     rows.append(("provider DELETE allowed once released, p50 ms (live confirmation): Finalizer (LIST all "
                  "ConfigMaps) / SpecificResource / Resources", col(released), ""))
     rows.append(("teardown: stacks done / wall s / gate requests/s",

@@ -14,42 +14,23 @@ from typing import Any
 
 import pytest
 
-from benchmarks.realscale import EMPTY, Layout, bytes_per_object, per_second
+from benchmarks.realscale import EMPTY, Layout, bytes_per_object, manifests, per_second
 from criticalsvc.admission import AdmissionRequest
 from criticalsvc.api import GroupResource
 from criticalsvc.decision import decide
-from criticalsvc.manifests import Manifest
 from criticalsvc.snapshot import build_state
 
 SMALL = Layout(namespaces=12, configmaps=120, pods=5, services=8, victims=3)
 DEPLOYMENTS = GroupResource("apps", "deployments")
 
 
-def _objects(layout: Layout, *, keep: frozenset[str] = frozenset({"ConfigMap", "Pod"})) -> list[dict[str, Any]]:
-    """Every object the benchmark creates for `layout`, namespaced as its path says."""
-    out = []
-    waves = (layout.namespaces_from(EMPTY), layout.objects_from(EMPTY), layout.pods_from(EMPTY),
-             layout.services_from(EMPTY))
-    for wave in waves:
-        for path, body in wave:
-            obj = {**body, "metadata": dict(body["metadata"])}
-            if "/namespaces/" in path:
-                obj["metadata"]["namespace"] = path.split("/namespaces/")[1].split("/")[0]
-            if obj["kind"] in ("ConfigMap", "Pod") and obj["kind"] not in keep:
-                continue
-            out.append(obj)
-    return out
+def _state(layout: Layout, *, without: frozenset[str] = frozenset()) -> Any:
+    return build_state(m for m in manifests(layout) if m.kind not in without)
 
 
 def _created(layout: Layout, before: Layout) -> list[tuple[str, dict[str, Any]]]:
     return [*layout.namespaces_from(before), *layout.objects_from(before), *layout.pods_from(before),
             *layout.services_from(before)]
-
-
-def _state(objects: list[dict[str, Any]]) -> Any:
-    for n, obj in enumerate(objects):
-        obj["metadata"]["uid"] = f"uid-{n}"
-    return build_state([Manifest(o, f"generated {n}") for n, o in enumerate(objects)])
 
 
 def _delete_deployment(path: str) -> AdmissionRequest:
@@ -60,7 +41,7 @@ def _delete_deployment(path: str) -> AdmissionRequest:
 
 
 def test_every_provider_is_protected_and_no_victim_is() -> None:
-    state = _state(_objects(SMALL))
+    state = _state(SMALL)
     refused = [i for i in range(SMALL.services)
                if not decide(_delete_deployment(SMALL.provider_path(i)), state).allowed]
     assert refused == list(range(SMALL.services))
@@ -72,7 +53,7 @@ def test_every_provider_is_protected_and_no_victim_is() -> None:
 
 def test_without_what_they_protect_the_providers_may_go() -> None:
     """The negative control: it is the ConfigMaps and pods that hold the providers, not the oracle's bias."""
-    state = _state(_objects(SMALL, keep=frozenset()))
+    state = _state(SMALL, without=frozenset({"ConfigMap", "Pod"}))
     assert all(decide(_delete_deployment(SMALL.provider_path(i)), state).allowed for i in range(SMALL.services))
 
 
@@ -80,10 +61,10 @@ def test_without_what_they_protect_the_providers_may_go() -> None:
 def test_a_smaller_size_is_the_first_objects_of_the_larger_in_its_own_namespaces(fraction: float) -> None:
     full = Layout(namespaces=40, configmaps=400, pods=10, services=20, victims=8)
     small = full.scaled(fraction)
-    small_namespaces = {o["metadata"]["name"] for o in _objects(small) if o["kind"] == "Namespace"}
-    for obj in _objects(small):
-        if obj["kind"] != "Namespace" and "namespace" in obj["metadata"]:
-            assert obj["metadata"]["namespace"] in small_namespaces, obj
+    small_namespaces = {m.obj["metadata"]["name"] for m in manifests(small) if m.kind == "Namespace"}
+    for m in manifests(small):
+        if m.kind != "Namespace" and "namespace" in m.obj["metadata"]:
+            assert m.obj["metadata"]["namespace"] in small_namespaces, m.obj
     # Growing small into full creates exactly what full has beyond small: no object twice, none missing.
     grown, first, everything = _created(full, small), _created(small, EMPTY), _created(full, EMPTY)
 
