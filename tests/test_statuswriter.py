@@ -296,3 +296,37 @@ def test_a_status_pass_over_many_critical_services_lets_reviews_in_between(loop_
         assert not between, seen
     else:
         assert len(set(between)) >= 5, seen  # ran at least every ~10 statuses, not once after all 50
+
+
+def test_a_new_leader_rewrites_no_status_that_is_already_right(cluster):
+    """A restarted gate (a new writer) takes the stored statuses as written: its first pass PATCHes nothing,
+    and the stored lastTransitionTimes stand. The negative control, a writer not seeded, PATCHes the status
+    again with every lastTransitionTime moved to its own clock."""
+    store, url = cluster
+
+    def stored() -> Any:
+        return httpx.get(f"{url}{CS_PATH}").json().get("status")
+
+    async def first_writer() -> None:
+        writer = _writer(store, url, "replica-a")
+        try:
+            assert await writer.sync_once() == 1
+        finally:
+            await writer.api_client.close()
+
+    async def restarted(seeded: bool) -> tuple[int, int]:
+        writer = _writer(store, url, "replica-b")
+        writer.clock = lambda: time.time() + 3600  # an hour later
+        try:
+            taken = await writer.seed() if seeded else 0
+            return taken, await writer.sync_once()
+        finally:
+            await writer.api_client.close()
+
+    asyncio.run(first_writer())
+    before = stored()
+    assert asyncio.run(restarted(seeded=True)) == (1, 0)
+    assert stored() == before
+    assert asyncio.run(restarted(seeded=False)) == (0, 1)
+    moved = {c["type"]: c["lastTransitionTime"] for c in stored()["conditions"]}
+    assert all(moved[c["type"]] != c["lastTransitionTime"] for c in before["conditions"]), (before, moved)
