@@ -83,9 +83,13 @@ class _StoreSink:
         # A dropped reflector may still deliver what it had in hand when it was cancelled.
         return self.reflector is not None and self.owner.reflector(gr) is self.reflector
 
-    def replace(self, gr: GroupResource, items: Sequence[Mapping[str, Any]]) -> None:
+    def list_page(self, gr: GroupResource, items: Sequence[Mapping[str, Any]], *, first: bool) -> None:
         if self._current(gr):
-            self.owner._replace(gr, items)
+            self.owner._list_page(gr, items, first=first)
+
+    def list_done(self, gr: GroupResource) -> None:
+        if self._current(gr):
+            self.owner._list_done(gr)
 
     def upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         if self._current(gr):
@@ -116,6 +120,8 @@ class WatchSet:
         self.notify = notify  # the set of reflectors, or whether one has synced, changed
         self.on_watch_restart = on_watch_restart
         self.reflectors: dict[GroupResource, Reflector] = {}
+        # Per resource, the (namespace, name) of every object the pages of the LIST under way held.
+        self._listed: dict[GroupResource, set[tuple[str, str]]] = {}
         # The criteria with conditions each reflector's objects are evaluated for (see "Conditions" above).
         self._conditioned: dict[GroupResource, frozenset[Criterion]] = {}
         # Watched types no CriticalService names any more, since when (monotonic); dropped after unwatch_after.
@@ -204,12 +210,17 @@ class WatchSet:
             self.on_watch_restart(str(gr))
 
     # --- applying events ------------------------------------------------------------------------------
-    def _replace(self, gr: GroupResource, items: Sequence[Mapping[str, Any]]) -> None:
-        keep: set[tuple[str, str]] = set()
+    def _list_page(self, gr: GroupResource, items: Sequence[Mapping[str, Any]], *, first: bool) -> None:
+        keep = self._listed.setdefault(gr, set())
+        if first:
+            keep.clear()
         for obj in items:
             kept = self._upsert(gr, obj)
             if kept is not None:
                 keep.add((kept.namespace, kept.name))
+
+    def _list_done(self, gr: GroupResource) -> None:
+        keep = self._listed.pop(gr, set())
         for old in list(self.memory.objects(gr)):
             if (old.namespace, old.name) not in keep:
                 self._forget(old.ref)
