@@ -34,10 +34,11 @@ log = structlog.get_logger("criticalsvc.status")
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15, 10, 2
 # A status pass computes every CriticalService's status on the event loop, and awaits nothing while
-# nothing changed (no PATCH to send): with 1,000 CriticalServices that held the loop for 65-130 ms (this
-# 2-core machine, in-process) every `interval` and after every denial, and every review arriving meanwhile
-# waited it out (design/operations.md, "Real scale"). So a pass lets other tasks run every
-# LOOP_SLICE seconds of computing, as the watch loop does (criticalsvc/cache/reflector.py).
+# nothing changed (no PATCH to send): with 1,000 CriticalServices that held the loop for 34 ms of CPU per
+# pass (python -m benchmarks realscale, in-process; more on a busy machine) every `interval` and after every
+# denial, and every review arriving meanwhile waited it out (design/operations.md, "Real scale"). So a
+# pass lets other tasks run every LOOP_SLICE seconds of computing, as the watch loop does
+# (criticalsvc/cache/reflector.py).
 LOOP_SLICE = 0.002
 # The generated client sets no timeout of its own: one hung write would stop every later Event.
 EVENT_TIMEOUT = 5.0
