@@ -352,6 +352,7 @@ async def test_a_changed_condition_is_listed_again_while_decisions_go_on_from_th
             await eventually(lambda: delete_provider(cache).rule == Rule.CRITERIA_MET,
                              what="the successor's pods to be evaluated with the new condition")
             assert cache.reflector(PODS) is not old
+            assert sorted(o.key for o in cache.memory.objects(PODS)) == ["ns-a/done", "ns-b/other"]
             assert_decides_as_the_store(cache, env.store)
 
 

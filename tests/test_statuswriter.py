@@ -233,3 +233,100 @@ def test_a_type_the_gate_cannot_read_is_written_as_blocking_unknown(cluster):
     assert (blocking["status"], blocking["reason"]) == ("Unknown", "CannotVerify")
     assert "the gate may not list coolresources.my.crd.group (403 Forbidden)" in blocking["message"]
     assert "unmetCriteria" not in written and written["providerUID"]
+
+
+# --- a pass over many CriticalServices lets reviews in (issue 21, real scale) ----------------------------------
+def _many_services(count: int) -> Any:
+    from criticalsvc.manifests import Manifest
+    from criticalsvc.snapshot import build_state
+
+    docs: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}}]
+    for i in range(count):
+        docs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"p{i}", "namespace": "apps"}})
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"c{i}", "namespace": "apps"}})
+        docs.append({"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": f"s{i}"},
+                     "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "apps",
+                                           "name": f"p{i}"},
+                              "criteria": [{"type": "SpecificResource", "specificResource": {
+                                  "group": "", "resource": "configmaps", "namespace": "apps", "name": f"c{i}"}}]}})
+    for n, doc in enumerate(docs):
+        doc["metadata"]["uid"] = f"uid-{n}"
+    return build_state([Manifest(d, f"document {n}") for n, d in enumerate(docs)])
+
+
+@pytest.mark.parametrize("loop_slice", [0.002, float("inf")])
+def test_a_status_pass_over_many_critical_services_lets_reviews_in_between(loop_slice, monkeypatch):
+    """50 CriticalServices whose status takes 1 ms each to compute, none changed (no PATCH, so nothing
+    awaited): the pass lets other tasks (reviews) run every couple of milliseconds instead of holding the
+    loop for all 50 ms (the negative control, with no slice, holds it)."""
+    import criticalsvc.statuswriter as statuswriter
+
+    state = _many_services(50)
+    writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:9")),
+                          source=StaticStateSource(state), identity="a", loop_slice=loop_slice)
+    real = statuswriter.compute_status
+    for cs in state.critical_services():  # as after a first pass: every status written, nothing to PATCH
+        writer._written[cs.name, cs.uid] = real(cs, state, now=time.time())
+    computed = [0]
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        computed[0] += 1
+        until = time.perf_counter() + 0.001
+        while time.perf_counter() < until:  # CPU, as the real computation at 1,000 CriticalServices
+            pass
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(statuswriter, "compute_status", slow)
+    seen: list[int] = []  # how many statuses were computed each time another task got to run
+
+    async def review_in_waiting() -> None:
+        while computed[0] < 50:
+            seen.append(computed[0])
+            await asyncio.sleep(0)
+
+    async def both() -> None:
+        waiting = asyncio.create_task(review_in_waiting())
+        await asyncio.sleep(0)
+        assert await writer.sync_once() == 0
+        await asyncio.wait_for(waiting, 10)
+
+    asyncio.run(both())
+    between = [n for n in seen if 0 < n < 50]
+    if loop_slice == float("inf"):
+        assert not between, seen
+    else:
+        assert len(set(between)) >= 5, seen  # ran at least every ~10 statuses, not once after all 50
+
+
+def test_a_new_leader_rewrites_no_status_that_is_already_right(cluster):
+    """A restarted gate (a new writer) takes the stored statuses as written: its first pass PATCHes nothing,
+    and the stored lastTransitionTimes stand. The negative control, a writer not seeded, PATCHes the status
+    again with every lastTransitionTime moved to its own clock."""
+    store, url = cluster
+
+    def stored() -> Any:
+        return httpx.get(f"{url}{CS_PATH}").json().get("status")
+
+    async def first_writer() -> None:
+        writer = _writer(store, url, "replica-a")
+        try:
+            assert await writer.sync_once() == 1
+        finally:
+            await writer.api_client.close()
+
+    async def restarted(seeded: bool) -> tuple[int, int]:
+        writer = _writer(store, url, "replica-b")
+        writer.clock = lambda: time.time() + 3600  # an hour later
+        try:
+            taken = await writer.seed() if seeded else 0
+            return taken, await writer.sync_once()
+        finally:
+            await writer.api_client.close()
+
+    asyncio.run(first_writer())
+    before = stored()
+    assert asyncio.run(restarted(seeded=True)) == (1, 0)
+    assert stored() == before
+    assert asyncio.run(restarted(seeded=False)) == (0, 1)
+    moved = {c["type"]: c["lastTransitionTime"] for c in stored()["conditions"]}
+    assert all(moved[c["type"]] != c["lastTransitionTime"] for c in before["conditions"]), (before, moved)

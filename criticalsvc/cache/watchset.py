@@ -85,16 +85,31 @@ class _StoreSink:
         self.owner = owner
         self.conditioned = conditioned
         self.reflector: Reflector | None = None  # set once the reflector exists
+        # The (namespace, name) of every object the pages of the LIST under way held.
+        self.listed: set[tuple[str, str]] = set()
 
     def _current(self, gr: GroupResource) -> bool:
         # A dropped reflector may still deliver what it had in hand when it was cancelled.
         return self.reflector is not None and self.owner.reflector(gr) is self.reflector
 
-    def replace(self, gr: GroupResource, items: Sequence[Mapping[str, Any]]) -> None:
+    def _successor(self, gr: GroupResource) -> bool:
+        return self.reflector is not None and self.owner.successors.get(gr) is self.reflector
+
+    def list_page(self, gr: GroupResource, items: Sequence[Mapping[str, Any]], *, first: bool) -> None:
+        # A successor's pages are applied while its predecessor is still the one decisions read: an
+        # object it re-projects gains the new outcomes; one it has not reached yet keeps the old ones, and
+        # a criterion whose condition is new counts it (fail closed) until then.
+        if self._current(gr) or self._successor(gr):
+            if first:
+                self.listed = set()
+            self.owner._list_page(gr, items, self.conditioned, self.listed)
+
+    def list_done(self, gr: GroupResource) -> None:
         if self.reflector is not None:
-            self.owner._take_over(gr, self.reflector)  # a successor's LIST: it becomes the current one
+            self.owner._take_over(gr, self.reflector)  # a successor's LIST is complete: it becomes current
         if self._current(gr):
-            self.owner._replace(gr, items, self.conditioned)
+            listed, self.listed = self.listed, set()
+            self.owner._list_done(gr, listed)
 
     def upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         if self._current(gr):
@@ -125,7 +140,7 @@ class WatchSet:
         self.notify = notify  # the set of reflectors, or whether one has synced, changed
         self.on_watch_restart = on_watch_restart
         self.reflectors: dict[GroupResource, Reflector] = {}
-        # Reflectors listing a type again for changed conditions, not read until their LIST arrives.
+        # Reflectors listing a type again for changed conditions, not read until their LIST is complete.
         self.successors: dict[GroupResource, Reflector] = {}
         # The criteria with conditions the newest reflector of each type evaluates (see "Conditions" above).
         self._conditioned: dict[GroupResource, frozenset[Criterion]] = {}
@@ -253,13 +268,14 @@ class WatchSet:
             self.on_watch_restart(str(gr))
 
     # --- applying events ------------------------------------------------------------------------------
-    def _replace(self, gr: GroupResource, items: Sequence[Mapping[str, Any]],
-                 conditioned: frozenset[Criterion]) -> None:
-        keep: set[tuple[str, str]] = set()
+    def _list_page(self, gr: GroupResource, items: Sequence[Mapping[str, Any]],
+                   conditioned: frozenset[Criterion], keep: set[tuple[str, str]]) -> None:
         for obj in items:
             kept = self._upsert(gr, obj, conditioned)
             if kept is not None:
                 keep.add((kept.namespace, kept.name))
+
+    def _list_done(self, gr: GroupResource, keep: set[tuple[str, str]]) -> None:
         for old in list(self.memory.objects(gr)):
             if (old.namespace, old.name) not in keep:
                 self._forget(old.ref)

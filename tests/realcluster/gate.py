@@ -145,15 +145,16 @@ class InstalledGate:
         self.replicas.append(gate)
         return gate
 
-    def start_behind_service(self, replicas: int) -> list[GateProcess]:
+    def start_behind_service(self, replicas: int, *, timeout: float = READY_TIMEOUT) -> list[GateProcess]:
         """`replicas` replicas on ports of their own behind a loopback load balancer on the webhook port,
-        which routes only to replicas whose /readyz answers 200 (as a Service's endpoints would)."""
+        which routes only to replicas whose /readyz answers 200 (as a Service's endpoints would); each
+        started once the one before is ready, within `timeout` seconds."""
         self.balancer = LoadBalancer(self.port).start()
         for _ in range(replicas):
-            self.add_replica()
+            self.add_replica(timeout=timeout)
         return self.replicas
 
-    def add_replica(self) -> GateProcess:
+    def add_replica(self, *, timeout: float = READY_TIMEOUT) -> GateProcess:
         """One more replica behind the load balancer (ports fixed for its lifetime, so restarts keep them),
         serving the pair from a Secret volume of its own (`<name>.tls`, tests/realcluster/secretvolume.py),
         as each pod's kubelet keeps its own copy of the Secret."""
@@ -167,7 +168,7 @@ class InstalledGate:
                             extra_args=("--shutdown-delay", str(SHUTDOWN_DELAY)))
         self.replicas.append(gate)
         self.balancer.set_backends([Backend(g.process.name, g.webhook_port, g.ops_port) for g in self.replicas])
-        return gate.start()
+        return gate.start(timeout=timeout)
 
     def stop(self) -> None:
         for gate in self.replicas:

@@ -1,0 +1,3 @@
+module criticalsvc.io/benchmarks/loader
+
+go 1.24
