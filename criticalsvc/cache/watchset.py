@@ -19,8 +19,9 @@ before break: until its LIST arrives the old reflector stays the one decisions r
 it synced), so one tenant's edit does not make every decision on the type "cannot verify" meanwhile.
 That is safe because an object that carries no outcome of a condition counts (state.py, `_counting`):
 a criterion whose condition is new blocks on every candidate until the successor's LIST has evaluated
-it, and criteria whose conditions did not change keep their outcomes. The successor's LIST replaces
-the type's objects and it takes over; the old one is stopped. If the old reflector had not synced
+it, and criteria whose conditions did not change keep their outcomes. The successor's pages are applied
+as they come (its objects gain the new outcomes); when its LIST is complete, what no page held is
+forgotten and it takes over; the old one is stopped. If the old reflector had not synced
 yet there is nothing to keep, and it is simply replaced.
 
 Events. Each reflector writes through its own sink into the shared MemoryState: objects are projected
