@@ -105,6 +105,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     p.add_argument("--services", type=int, default=20)
     p.add_argument("--crs", type=int, default=2000)
+    p.add_argument("--raw", metavar="PATH", help="also keep py-spy's raw (collapsed) samples in PATH")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
@@ -139,13 +140,17 @@ def main(argv: list[str]) -> int:
             out = work / "profile.txt"
             assert pyspy is not None
             spy = subprocess.run([pyspy, "record", "--pid", str(gate.pid), "--duration", f"{int(args.duration)}",
-                                  "--rate", str(args.rate), "--format", "raw", "--output", str(out)],
+                                  "--rate", str(args.rate), "--format", "raw", "--output", str(out),
+                                  # sample without stopping the process: its timing stays its own
+                                  "--nonblocking"],
                                  capture_output=True, text=True, check=False)
             cpu_share = (cpu_seconds(gate.pid) - cpu_before) / (time.monotonic() - started)
             wrk_out, _ = load.communicate(timeout=args.duration + 60)
             if spy.returncode != 0 or not out.exists():
                 raise RuntimeError(f"py-spy failed (exit {spy.returncode}): {spy.stderr.strip()[-500:]}")
             raw = out.read_text()
+            if args.raw:
+                Path(args.raw).write_text(raw)
         finally:
             _stop(gate)
 
