@@ -12,8 +12,11 @@ peer is gone), so the task group finishes at once; hypercorn's own _close does t
 
 The second (`send_response_head_with_body`): hypercorn 0.18's HTTP/1.1 protocol hands each h11 event
 of a response to the connection as a write of its own - the head (status line and headers), then the
-body, then the empty end of message - each written and drained separately: over TLS that is two
-records encrypted and (on asyncio's loop) two send() calls for one small AdmissionReview answer. The
+body, then the empty end of message (H11Protocol.stream_send, https://github.com/pgjones/hypercorn/
+blob/0.18.0/src/hypercorn/protocol/h11.py#L121-L151) - each written and drained separately
+(TCPServer.protocol_send, https://github.com/pgjones/hypercorn/blob/0.18.0/src/hypercorn/asyncio/
+tcp_server.py#L79-L86): over TLS that is two records encrypted and sent for one small
+AdmissionReview answer (tests/test_hypercornpatch.py counts them). The
 patch holds the head back until the next bytes of the connection (the body, or the end of a response
 without one) and writes both at once, and drops the empty end-of-message write. The order of the
 bytes on the connection is unchanged; any other event (a close, an idle update) sends what is held
