@@ -187,9 +187,9 @@ class _WebhookFront:
 
     A review is the one hot path (the API server sends every gated DELETE here), and starlette's
     layers around it - error and exception middleware, routing, a Request object and its header
-    parsing - cost ~20 µs of the ~240 µs of CPU a bare answer takes on this stack (8 %, measured with
-    the latency benchmark's bare endpoint both ways), for nothing a review uses. Once the webhook is
-    terminating, every HTTP answer carries `Connection: close` (see Webhook.begin_termination).
+    parsing - are CPU spent on every review for nothing a review uses (measured against the code
+    before with `python -m benchmarks latency --baseline`: design/operations.md, "The tail"). Once the
+    webhook is terminating, every HTTP answer carries `Connection: close` (Webhook.begin_termination).
     """
 
     def __init__(self, app: Any, *, webhook: Webhook) -> None:
