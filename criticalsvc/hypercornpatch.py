@@ -178,6 +178,8 @@ def send_response_head_with_body(installed: str | None = None) -> PatchResult:
             await stream_send(self, event)
 
     setattr(_stream_send, _HEAD_MARK, True)
+    _stream_send.__wrapped__ = stream_send  # type: ignore[attr-defined]  # what a test restores
+    __init__.__wrapped__ = init  # type: ignore[attr-defined]
     H11Protocol.__init__ = __init__  # type: ignore[method-assign]
     H11Protocol.stream_send = _stream_send  # type: ignore[method-assign]
     return PatchResult(True, f"hypercorn {installed}: a response's head is sent with its body")

@@ -60,6 +60,36 @@ def test_a_version_outside_the_range_is_not_patched_and_says_why(unpatched: None
     assert "tests/test_soak.py" in result.message
 
 
+@pytest.fixture
+def head_unpatched() -> Iterator[None]:
+    """H11Protocol as hypercorn ships it for the test, and as it was before afterwards."""
+    from hypercorn.protocol.h11 import H11Protocol
+
+    before = H11Protocol.__init__, H11Protocol.stream_send
+    H11Protocol.__init__ = getattr(before[0], "__wrapped__", before[0])  # type: ignore[method-assign]
+    H11Protocol.stream_send = getattr(before[1], "__wrapped__", before[1])  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        H11Protocol.__init__, H11Protocol.stream_send = before  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("version", ["0.17.3", "0.19.0", ""])
+def test_head_with_body_outside_the_range_is_not_patched_and_says_why(head_unpatched: None, version: str) -> None:
+    """The head-with-body patch has the same bound: outside it H11Protocol is untouched, and the message says so."""
+    from hypercorn.protocol.h11 import H11Protocol
+
+    from criticalsvc.hypercornpatch import send_response_head_with_body
+
+    untouched = H11Protocol.__init__, H11Protocol.stream_send
+    result = send_response_head_with_body(version)
+    assert not result.applied
+    assert (H11Protocol.__init__, H11Protocol.stream_send) == untouched
+    assert version_range_text() in result.message and "two TLS records" in result.message
+    assert send_response_head_with_body().applied
+    assert send_response_head_with_body().message.endswith("(already patched)")
+
+
 def test_range_text_matches_the_bound(unpatched: None) -> None:
     """The specifier shown in messages and pyproject is PATCHED_VERSIONS, lowest included, highest excluded."""
     (lo_major, lo_minor), (hi_major, hi_minor) = PATCHED_VERSIONS
