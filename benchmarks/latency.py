@@ -3,6 +3,7 @@
     python -m benchmarks latency [--connections 1,4,16] [--duration 3] [--rounds 3] [--workloads protected,unprotected]
                                  [--services 20] [--crs 2000] [--log-level info] [--json]
                                  [--condition EXPR] [--provider-selector]
+                                 [--event-loops auto|asyncio,uvloop] [--baseline DIR]
 
 Both servers are separate processes on the same starlette + hypercorn stack with the same TLS
 settings (criticalsvc.serving.Service, certificates from `criticalsvc certs --san 127.0.0.1`):
@@ -13,6 +14,7 @@ settings (criticalsvc.serving.Service, certificates from `criticalsvc certs --sa
            --provider-selector every provider is chosen by its labels instead of its name)
     bare   the same Service around an app whose /validate reads the body, decodes it with orjson
            and answers allowed: true for its uid - everything but the decision, metrics and log line
+           (like the gate's, its POST /validate goes past starlette's routing straight to the handler)
 
 The load generator is wrk (Debian package `wrk`) over HTTPS keep-alive, posting a ~3 KB
 AdmissionReview (api/examples/reviews/delete-provider.json, its oldObject filled out like a real
@@ -27,6 +29,11 @@ varied by the number of connections (closed loop: each connection sends its next
 answer arrives); for each level the gate and the bare endpoint are measured back to back, --rounds
 times, alternating which goes first; throughput and CPU are totals over the rounds, the percentiles
 the median round's (see `combine`).
+
+Comparisons in one run (the machine's load then falls on every variant alike): --event-loops
+asyncio,uvloop runs a gate and a bare endpoint on each loop (`serve --event-loop`), and --baseline
+DIR adds a gate served from another checkout of the code (e.g. `git archive main | tar -x -C DIR`),
+so a change is measured against the code before it, round by round in a rotating order.
 
 Reading it: the goal is gate p99 <= 1.25 x bare p99 and gate requests/s >= 0.8 x bare. Both servers
 are single Python processes (one core each at most); on a 2-core machine wrk shares the CPU with
@@ -63,7 +70,7 @@ P99_GOAL, THROUGHPUT_GOAL = 1.25, 0.8
 
 
 # --- the bare endpoint (runs in its own process: python -m benchmarks latency --serve-bare DIR) --------
-def serve_bare(workdir: Path) -> int:
+def serve_bare(workdir: Path, event_loop: str = "auto") -> int:
     import orjson
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -71,7 +78,7 @@ def serve_bare(workdir: Path) -> int:
     from starlette.routing import Route
 
     from criticalsvc.metrics import Metrics
-    from criticalsvc.serving import Endpoint, Service, TLSFiles
+    from criticalsvc.serving import Endpoint, Service, TLSFiles, event_loop_factory
 
     class Bare:
         """Quacks like criticalsvc.server.Webhook for Service: allow-all /validate, /readyz."""
@@ -79,8 +86,14 @@ def serve_bare(workdir: Path) -> int:
         def __init__(self) -> None:
             self.metrics = Metrics()
 
-        async def validate(self, request: Request) -> Response:
-            review = orjson.loads(await request.body())
+        async def validate(self, receive: Any) -> Response:
+            chunks = []
+            while True:  # as the gate reads a body (criticalsvc.server.Webhook._receive_body)
+                message = await receive()
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    break
+            review = orjson.loads(b"".join(chunks))
             body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                     "response": {"uid": review["request"]["uid"], "allowed": True}}
             return Response(orjson.dumps(body), media_type="application/json")
@@ -88,9 +101,17 @@ def serve_bare(workdir: Path) -> int:
         async def readyz(self, request: Request) -> Response:
             return Response(b'{"ready":true}', media_type="application/json")
 
-        def webhook_app(self) -> Starlette:
-            return Starlette(routes=[Route("/validate", self.validate, methods=["POST"]),
-                                     Route("/readyz", self.readyz, methods=["GET"])])
+        def webhook_app(self) -> Any:
+            # As the gate's (criticalsvc.server._WebhookFront): POST /validate past starlette's routing.
+            rest = Starlette(routes=[Route("/readyz", self.readyz, methods=["GET"])])
+
+            async def app(scope: Any, receive: Any, send: Any) -> None:
+                if scope["type"] == "http" and scope["path"] == "/validate" and scope["method"] == "POST":
+                    await (await self.validate(receive))(scope, receive, send)
+                else:
+                    await rest(scope, receive, send)
+
+            return app
 
         def ops_app(self) -> Starlette:
             return Starlette(routes=[Route("/readyz", self.readyz, methods=["GET"])])
@@ -111,7 +132,8 @@ def serve_bare(workdir: Path) -> int:
             loop.add_signal_handler(sig, stop.set)
         await service.run(stop.wait)
 
-    asyncio.run(run())
+    with asyncio.Runner(loop_factory=event_loop_factory(event_loop)[1]) as runner:
+        runner.run(run())
     return 0
 
 
@@ -206,13 +228,19 @@ def make_certs(work: Path) -> None:
 
 
 def spawn_gate(work: Path, snapshot: Path, *, log_level: str = "info", stderr: Any = subprocess.DEVNULL,
-               port_file: str = "gate-ports.json") -> subprocess.Popen[bytes]:
-    """`criticalsvc serve --state SNAPSHOT` with make_certs' TLS on 127.0.0.1 port 0; ports go to work/port_file."""
+               port_file: str = "gate-ports.json", event_loop: str | None = None,
+               root: Path = ROOT) -> subprocess.Popen[bytes]:
+    """`criticalsvc serve --state SNAPSHOT` with make_certs' TLS on 127.0.0.1 port 0; ports go to work/port_file.
+
+    `event_loop`: its --event-loop (None: the default); `root`: the checkout whose criticalsvc is served
+    (another one than ours is put first on the path, ahead of the editable install)."""
+    loop = ["--event-loop", event_loop] if event_loop is not None else []
+    env = {**os.environ, "PYTHONPATH": str(root)} if root != ROOT else None
     return subprocess.Popen(
         [sys.executable, "-m", "criticalsvc", "serve", "--state", str(snapshot), "--tls-cert", str(work / "tls.crt"),
          "--tls-key", str(work / "tls.key"), "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0",
-         "--port-file", str(work / port_file), "--log-level", log_level, "--no-status"],
-        stdout=subprocess.DEVNULL, stderr=stderr, cwd=ROOT)
+         "--port-file", str(work / port_file), "--log-level", log_level, "--no-status", *loop],
+        stdout=subprocess.DEVNULL, stderr=stderr, cwd=root, env=env)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -282,6 +310,28 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+def _targets(loops: list[str], baseline: Path | None) -> list[tuple[str, str, str | None]]:
+    """(name, kind, event loop) of every server of a run: a gate and a bare endpoint per loop, one baseline."""
+    one = len(loops) == 1
+    out: list[tuple[str, str, str | None]] = []
+    for loop in loops:
+        suffix = "" if one else f"/{loop}"
+        out += [(f"gate{suffix}", "gate", None if loop == "auto" else loop), (f"bare{suffix}", "bare", loop)]
+    if baseline is not None:
+        out.append(("baseline", "baseline", None))
+    return out
+
+
+def _ratios(g: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    return {"p99Ratio": round(g["p99ms"] / b["p99ms"], 2) if b["p99ms"] else None,
+            "p50Ratio": round(g["p50ms"] / b["p50ms"], 2) if b["p50ms"] else None,
+            "throughputRatio": round(g["rps"] / b["rps"], 2) if b["rps"] else None,
+            "cpuRatio": round(g["cpuUsPerRequest"] / b["cpuUsPerRequest"], 2)
+            if g["cpuUsPerRequest"] and b["cpuUsPerRequest"] else None,
+            "cpuExtraUsPerRequest": round(g["cpuUsPerRequest"] - b["cpuUsPerRequest"], 1)
+            if g["cpuUsPerRequest"] and b["cpuUsPerRequest"] else None}
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks latency", description=__doc__.splitlines()[0])
     p.add_argument("--connections", type=_ints, default=[1, 4, 16], help="wrk connection counts (load levels)")
@@ -295,16 +345,27 @@ def main(argv: list[str]) -> int:
     p.add_argument("--provider-selector", action="store_true",
                    help="the snapshot's CriticalServices choose their providers by label selector")
     p.add_argument("--log-level", default="info", help="the gate's --log-level (info: one line per decision)")
+    p.add_argument("--event-loops", type=lambda t: [w for w in t.split(",") if w], default=["auto"],
+                   help="comma-separated `serve --event-loop` values: a gate and a bare endpoint on each "
+                        "(default: auto, the gate's default)")
+    p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                   help="also serve the gate from this checkout (its criticalsvc/ first on the path) and compare")
     p.add_argument("--json", action="store_true")
     p.add_argument("--serve-bare", metavar="DIR", help=argparse.SUPPRESS)
+    p.add_argument("--event-loop", default="auto", help=argparse.SUPPRESS)  # the bare endpoint's
     args = p.parse_args(argv)
     if args.serve_bare:
-        return serve_bare(Path(args.serve_bare))
+        return serve_bare(Path(args.serve_bare), args.event_loop)
     if args.rounds < 1 or args.duration <= 0:
         p.error("need --rounds >= 1 and --duration > 0")
     unknown = sorted(set(args.workloads) - set(WORKLOADS))
     if unknown or not args.workloads:
         p.error(f"--workloads: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(WORKLOADS)}")
+    bad_loops = [x for x in args.event_loops if x not in ("auto", "uvloop", "asyncio")]
+    if bad_loops or not args.event_loops or len(set(args.event_loops)) != len(args.event_loops):
+        p.error(f"--event-loops: expected distinct values of auto, uvloop, asyncio, got {','.join(args.event_loops)}")
+    if args.baseline is not None and not (args.baseline / "criticalsvc" / "__init__.py").is_file():
+        p.error(f"--baseline: {args.baseline} has no criticalsvc/__init__.py (a checkout of this repository?)")
 
     if shutil.which("wrk") is None:
         msg = "wrk is not installed: the latency benchmark needs it (Debian/Ubuntu: apt-get install -y wrk)"
@@ -313,6 +374,8 @@ def main(argv: list[str]) -> int:
         return 1
 
     py = sys.executable
+    targets = _targets(args.event_loops, args.baseline)
+    names = [name for name, _, _ in targets]
     with tempfile.TemporaryDirectory(prefix="criticalsvc-bench-") as tmp:
         work = Path(tmp)
         make_certs(work)
@@ -323,60 +386,89 @@ def main(argv: list[str]) -> int:
             reviews[workload] = work / f"review-{workload}.json"
             reviews[workload].write_bytes(review_body(args.services, workload))
         review_bytes = {w: r.stat().st_size for w, r in reviews.items()}
-        gate = spawn_gate(work, snapshot, log_level=args.log_level)
-        bare = subprocess.Popen([py, "-m", "benchmarks", "latency", "--serve-bare", str(work)],
-                                stdout=subprocess.DEVNULL, cwd=ROOT)
+        procs: dict[str, subprocess.Popen[bytes]] = {}
         levels = []
         decisions = {}
         try:
-            gate_port = _wait_ports(work / "gate-ports.json", gate, "the gate")["listen"]
-            bare_port = _wait_ports(work / "bare-ports.json", bare, "the bare endpoint")["listen"]
+            for k, (name, kind, loop) in enumerate(targets):
+                port_file = f"ports-{k}.json"
+                if kind == "bare":
+                    bare_dir = work / f"bare-{k}"
+                    bare_dir.mkdir()
+                    for f in ("tls.crt", "tls.key"):
+                        (bare_dir / f).write_bytes((work / f).read_bytes())
+                    procs[name] = subprocess.Popen(
+                        [py, "-m", "benchmarks", "latency", "--serve-bare", str(bare_dir), "--event-loop", str(loop)],
+                        stdout=subprocess.DEVNULL, cwd=ROOT)
+                else:
+                    procs[name] = spawn_gate(work, snapshot, log_level=args.log_level, port_file=port_file,
+                                             event_loop=loop, root=args.baseline if kind == "baseline" else ROOT)
+            ports = {}
+            for k, (name, kind, _) in enumerate(targets):
+                path = work / f"bare-{k}" / "bare-ports.json" if kind == "bare" else work / f"ports-{k}.json"
+                ports[name] = _wait_ports(path, procs[name], name)["listen"]
             import ssl
 
             import httpx
 
             tls = ssl.create_default_context(cafile=str(work / "ca.crt"))
             for workload, review in reviews.items():
-                answer = httpx.post(f"https://127.0.0.1:{gate_port}/validate", content=review.read_bytes(),
+                answer = httpx.post(f"https://127.0.0.1:{ports[names[0]]}/validate", content=review.read_bytes(),
                                     headers={"content-type": "application/json"}, verify=tls).json()
                 decisions[workload] = "allowed" if answer["response"]["allowed"] else "denied"
                 for c in args.connections:
-                    # Rounds, alternating which server goes first: on a shared machine a burst of outside
-                    # load then lands on both alike instead of on whichever ran at that moment.
-                    runs: dict[str, list[dict[str, Any]]] = {"gate": [], "bare": []}
+                    # Rounds, rotating which server goes first: on a shared machine a burst of outside
+                    # load then lands on all of them alike instead of on whichever ran at that moment.
+                    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
                     for k in range(args.rounds):
-                        order = [("gate", gate_port, gate.pid), ("bare", bare_port, bare.pid)]
-                        for target, port, pid in order if k % 2 == 0 else order[::-1]:
-                            runs[target].append(run_wrk(port, review, connections=c, duration=args.duration,
-                                                        pid=pid))
-                    g, b = combine(runs["gate"]), combine(runs["bare"])
-                    levels.append({
-                        "workload": workload, "connections": c, "gate": g, "bare": b,
-                        "p99Ratio": round(g["p99ms"] / b["p99ms"], 2) if b["p99ms"] else None,
-                        "p50Ratio": round(g["p50ms"] / b["p50ms"], 2) if b["p50ms"] else None,
-                        "throughputRatio": round(g["rps"] / b["rps"], 2) if b["rps"] else None,
-                        "cpuExtraUsPerRequest": round(g["cpuUsPerRequest"] - b["cpuUsPerRequest"], 1)
-                        if g["cpuUsPerRequest"] and b["cpuUsPerRequest"] else None})
-                    print(f"   latency: {workload}, {c} connections: gate p99 {g['p99ms']} ms {g['rps']} req/s "
-                          f"({g['cpuUsPerRequest']} us CPU/req), bare p99 {b['p99ms']} ms {b['rps']} req/s "
-                          f"({b['cpuUsPerRequest']} us CPU/req)", file=sys.stderr, flush=True)
+                        shift = k % len(names)
+                        for name in names[shift:] + names[:shift]:
+                            runs[name].append(run_wrk(ports[name], review, connections=c, duration=args.duration,
+                                                      pid=procs[name].pid))
+                    combined = {name: combine(runs[name]) for name in names}
+                    level: dict[str, Any] = {"workload": workload, "connections": c, **combined}
+                    # gate vs bare on the same loop (the top level's gate/bare when there is one loop)
+                    comparisons = {}
+                    for name, kind, _ in targets:
+                        if kind == "gate":
+                            comparisons[f"{name} / {name.replace('gate', 'bare', 1)}"] = _ratios(
+                                combined[name], combined[name.replace("gate", "bare", 1)])
+                            if args.baseline is not None:
+                                comparisons[f"{name} / baseline"] = _ratios(combined[name], combined["baseline"])
+                    if "gate/uvloop" in combined and "gate/asyncio" in combined:
+                        comparisons["gate/uvloop / gate/asyncio"] = _ratios(combined["gate/uvloop"],
+                                                                            combined["gate/asyncio"])
+                        comparisons["bare/uvloop / bare/asyncio"] = _ratios(combined["bare/uvloop"],
+                                                                            combined["bare/asyncio"])
+                    level["comparisons"] = comparisons
+                    if "gate" in combined and "bare" in combined:
+                        level.update(comparisons["gate / bare"])
+                    levels.append(level)
+                    print(f"   latency: {workload}, {c} connections: " + "; ".join(
+                        f"{n} p99 {combined[n]['p99ms']} ms {combined[n]['rps']} req/s "
+                        f"({combined[n]['cpuUsPerRequest']} us CPU/req)" for n in names),
+                        file=sys.stderr, flush=True)
         finally:
-            _stop(gate)
-            _stop(bare)
+            for proc in procs.values():
+                _stop(proc)
 
     cols = ["workload", "connections", "target", "rps", "p50ms", "p99ms", "maxms", "cpuUsPerRequest", "errors"]
     rows = []
     for lv in levels:
-        for target in ("gate", "bare"):
+        for target in names:
             r = lv[target]
             rows.append([lv["workload"], lv["connections"], target, r["rps"], r["p50ms"], r["p99ms"], r["maxms"],
                          r["cpuUsPerRequest"], r["errors"]])
-    ratio_cols = ["workload", "connections", "p50Ratio", "p99Ratio", "throughputRatio", "cpuExtraUsPerRequest"]
-    ratio_rows = [[lv[c] for c in ratio_cols] for lv in levels]
+    ratio_cols = ["workload", "connections", "comparison", "p50Ratio", "p99Ratio", "throughputRatio", "cpuRatio",
+                  "cpuExtraUsPerRequest"]
+    ratio_rows = [[lv["workload"], lv["connections"], what, *(r[c] for c in ratio_cols[3:])]
+                  for lv in levels for what, r in lv["comparisons"].items()]
 
     def met(workload: str) -> bool:
-        return all((lv["p99Ratio"] or 99) <= P99_GOAL and (lv["throughputRatio"] or 0) >= THROUGHPUT_GOAL
-                   for lv in levels if lv["workload"] == workload)
+        return all((r["p99Ratio"] or 99) <= P99_GOAL and (r["throughputRatio"] or 0) >= THROUGHPUT_GOAL
+                   for lv in levels if lv["workload"] == workload
+                   for what, r in lv["comparisons"].items() if what.startswith("gate") and "baseline" not in what
+                   and "/ gate" not in what)
 
     section = {
         "reviewBytes": review_bytes,
@@ -384,11 +476,13 @@ def main(argv: list[str]) -> int:
         "snapshotObjects": objects, "snapshotServices": args.services,
         "snapshotCondition": args.condition or "", "snapshotProviderSelector": args.provider_selector,
         "durationSeconds": args.duration, "rounds": args.rounds, "gateLogLevel": args.log_level,
+        "targets": names, "eventLoops": args.event_loops,
+        "baseline": str(args.baseline) if args.baseline is not None else None,
         "goal": f"gate p99 <= {P99_GOAL} x bare, throughput >= {THROUGHPUT_GOAL} x bare",
         "goalMet": {w: met(w) for w in reviews},
         "levels": levels,
         "tables": [{"title": "wrk over HTTPS keep-alive", "columns": cols, "rows": rows},
-                   {"title": "gate / bare", "columns": ratio_cols, "rows": ratio_rows}],
+                   {"title": "ratios (first / second)", "columns": ratio_cols, "rows": ratio_rows}],
     }
     emit("latency", section, as_json=args.json)
     return 0

@@ -1,7 +1,8 @@
 """Where a gate's CPU goes under load: py-spy samples of `criticalsvc serve` while wrk drives it.
 
     python -m benchmarks profile [--workload protected] [--connections 4] [--duration 10] [--rate 200]
-                                 [--services 20] [--crs 2000] [--json]
+                                 [--services 20] [--crs 2000] [--event-loop auto] [--baseline DIR]
+                                 [--raw PATH] [--json]
 
 The latency benchmark says how much more CPU an answer of the gate costs than one of the bare
 endpoint (`cpuExtraUsPerRequest`); this one says what that CPU is spent on. It starts the gate as the
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from .latency import (
     LUA,
+    ROOT,
     WORKLOADS,
     _stop,
     _wait_ports,
@@ -46,20 +48,31 @@ from .latency import (
 )
 from .report import emit
 
-# The layer of a frame, by the file it is in (first match wins).
+# The layer of a frame, by the function and file py-spy names (`function (path/file.py:line)`, first
+# match wins). Time in C is charged to the Python frame that called it: on uvloop, TLS and the socket
+# are in C, so a write's encryption and send() show as `StreamWriter.write`, and reading, decrypting
+# and dispatching as the loop's own frame (`Runner.run`); on asyncio's loop they are Python frames of
+# their own (sslproto.py, selector_events.py, ssl.py).
 LAYERS = (
-    ("criticalsvc", "/criticalsvc/"),
-    ("structlog", "/structlog/"),
-    ("prometheus_client", "/prometheus_client/"),
-    ("starlette", "/starlette/"),
-    ("hypercorn + h11", "/hypercorn/"),
-    ("hypercorn + h11", "/h11/"),
-    ("asyncio + ssl", "/asyncio/"),
-    ("asyncio + ssl", "/ssl.py"),
+    ("TLS + socket write", ("StreamWriter.write (asyncio/streams.py", "asyncio/sslproto.py", "(ssl.py:",
+                            "_SelectorSocketTransport.write")),
+    ("event loop: poll, read, dispatch", ("Runner.run (", "asyncio/base_events.py", "asyncio/events.py",
+                                          "(selectors.py:", "asyncio/selector_events.py")),
+    ("asyncio streams, tasks, locks", ("asyncio/",)),
+    ("h11 (HTTP/1.1 parsing, framing)", ("(h11/",)),
+    ("hypercorn (connection, stream, task machinery)", ("(hypercorn/",)),
+    ("criticalsvc: read + decode (orjson) + answer", ("criticalsvc/server.py",)),
+    ("criticalsvc: AdmissionRequest parse", ("criticalsvc/admission.py", "criticalsvc/request.py")),
+    ("criticalsvc: decide", ("criticalsvc/decision.py", "criticalsvc/state.py", "criticalsvc/criteria.py",
+                             "criticalsvc/routing.py", "criticalsvc/api.py", "criticalsvc/labels.py")),
+    ("criticalsvc: other (patches, metrics glue, lag probe)", ("criticalsvc/",)),
+    ("structlog", ("(structlog/",)),
+    ("prometheus_client", ("(prometheus_client/",)),
+    ("starlette (Response, ops routes)", ("(starlette/",)),
 )
 # The functions whose inclusive share is reported: (label, "function (file" prefix as py-spy prints it).
 FUNCTIONS = (
-    ("Webhook.validate (all of ours)", "Webhook.validate (criticalsvc/server.py"),
+    ("Webhook.review (all of ours)", "Webhook.review (criticalsvc/server.py"),
     ("  decide", "decide (criticalsvc/decision.py"),
     ("  _record (metrics + log line)", "Webhook._record (criticalsvc/server.py"),
     ("    the log call (structlog)", "make_method.<locals>.meth ("),
@@ -71,9 +84,8 @@ FUNCTIONS = (
 
 
 def layer_of(frame: str) -> str:
-    where = frame.rsplit("(", 1)[-1]
-    for name, marker in LAYERS:
-        if marker.strip("/") in where:
+    for name, markers in LAYERS:
+        if any(marker in frame for marker in markers):
             return name
     return "other"
 
@@ -105,6 +117,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     p.add_argument("--services", type=int, default=20)
     p.add_argument("--crs", type=int, default=2000)
+    p.add_argument("--event-loop", default=None, help="the gate's `serve --event-loop` (default: its default)")
+    p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                   help="profile the gate of this checkout instead (as benchmarks.latency --baseline)")
+    p.add_argument("--raw", metavar="PATH", help="also keep py-spy's raw (collapsed) samples in PATH")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
@@ -126,7 +142,8 @@ def main(argv: list[str]) -> int:
         write_snapshot(snapshot, args.services, args.crs)
         review = work / "review.json"
         review.write_bytes(review_body(args.services, args.workload))
-        gate = spawn_gate(work, snapshot, port_file="ports.json")
+        gate = spawn_gate(work, snapshot, port_file="ports.json", event_loop=args.event_loop,
+                          root=args.baseline or ROOT)
         try:
             port = _wait_ports(work / "ports.json", gate, "the gate")["listen"]
             load = subprocess.Popen(
@@ -139,13 +156,17 @@ def main(argv: list[str]) -> int:
             out = work / "profile.txt"
             assert pyspy is not None
             spy = subprocess.run([pyspy, "record", "--pid", str(gate.pid), "--duration", f"{int(args.duration)}",
-                                  "--rate", str(args.rate), "--format", "raw", "--output", str(out)],
+                                  "--rate", str(args.rate), "--format", "raw", "--output", str(out),
+                                  # sample without stopping the process: its timing stays its own
+                                  "--nonblocking"],
                                  capture_output=True, text=True, check=False)
             cpu_share = (cpu_seconds(gate.pid) - cpu_before) / (time.monotonic() - started)
             wrk_out, _ = load.communicate(timeout=args.duration + 60)
             if spy.returncode != 0 or not out.exists():
                 raise RuntimeError(f"py-spy failed (exit {spy.returncode}): {spy.stderr.strip()[-500:]}")
             raw = out.read_text()
+            if args.raw:
+                Path(args.raw).write_text(raw)
         finally:
             _stop(gate)
 
@@ -162,15 +183,23 @@ def main(argv: list[str]) -> int:
     def share(n: int) -> float:
         return round(100 * n / total, 1)
 
+    # CPU per answer, and each layer's part of it: its share of the samples times that.
+    cpu_us = cpu_share * 1e6 / requests if requests else 0.0
+
+    def us(n: int) -> float:
+        return round(cpu_us * n / total, 1)
+
     section = {
         "workload": args.workload, "connections": args.connections, "samples": total,
+        "baseline": str(args.baseline) if args.baseline else None, "eventLoop": args.event_loop,
         "gateRequestsPerSecond": round(requests, 1), "gateCpuShare": round(cpu_share, 2),
+        "gateCpuUsPerRequest": round(cpu_us, 1),
         "byLayer": {k: share(v) for k, v in sorted(layers.items(), key=lambda kv: -kv[1])},
         "byFunction": {label: share(functions.get(label, 0)) for label, _ in FUNCTIONS},
         "tables": [
-            {"title": "samples by the layer of the innermost frame (% of the gate's samples)",
-             "columns": ["layer", "percent"],
-             "rows": [[k, share(v)] for k, v in sorted(layers.items(), key=lambda kv: -kv[1])]},
+            {"title": "samples by the layer of the innermost frame (% of the gate's samples, us of CPU per answer)",
+             "columns": ["layer", "percent", "us/answer"],
+             "rows": [[k, share(v), us(v)] for k, v in sorted(layers.items(), key=lambda kv: -kv[1])]},
             {"title": "inclusive share of functions on the request path (%)",
              "columns": ["function", "percent"],
              "rows": [[label, share(functions.get(label, 0))] for label, _ in FUNCTIONS]},

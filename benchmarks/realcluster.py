@@ -28,7 +28,11 @@ the other test binaries into ~/.cache/criticalsvc/noopwebhook-<hash of its sourc
    those answered from the caches alone), the event-loop lag p99 and the part of it the gate was on
    the CPU (the rest is the OS not running it: this machine is shared), full-collection pauses, and
    the API server's
-   apiserver_admission_webhook_admission_duration_seconds for the gate's and the floor's webhooks.
+   apiserver_admission_webhook_admission_duration_seconds for the gate's and the floor's webhooks; and
+   each process's CPU (the gate, the floor, kube-apiserver, from /proc) while each mode's DELETEs were
+   sent: the share of one core it used and its CPU microseconds per DELETE (`cpu`). A share near 1.0
+   for the gate would say its single event loop is the limit; the gate's us/DELETE in `gate` mode
+   minus its own in `floor` mode (watching only) is what answering the reviews costs it.
 4. With --profile-cell C: py-spy (--nonblocking, 100 Hz) on the gate during the churn cell of C
    deleters, folded into inclusive shares of the gate's parts (reviews, watch events, CEL, status
    and Events, logging, HTTP, TLS) and the hottest frames (`gateProfile`).
@@ -223,6 +227,38 @@ def floor_configuration(gate_configuration: dict[str, Any], noop: Noop) -> dict[
     return body
 
 
+class CpuMeter:
+    """CPU seconds (user + system, /proc/PID/stat) that named processes used, and wall seconds, summed over
+    the `with` blocks: e.g. the gate's, the floor's and kube-apiserver's CPU while DELETEs were sent."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.cpu = dict.fromkeys(pids, 0.0)
+        self.wall = 0.0
+        self._start: tuple[dict[str, float], float] | None = None
+
+    def __enter__(self) -> CpuMeter:
+        from benchmarks.latency import cpu_seconds
+
+        self._start = ({n: cpu_seconds(p) for n, p in self.pids.items()}, time.perf_counter())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from benchmarks.latency import cpu_seconds
+
+        assert self._start is not None
+        before, started = self._start
+        self.wall += time.perf_counter() - started
+        for name, pid in self.pids.items():
+            self.cpu[name] += cpu_seconds(pid) - before[name]
+
+    def summary(self, deletes: int) -> dict[str, Any]:
+        """Per process: CPU share of one core while deleting, and CPU microseconds per DELETE."""
+        return {name: {"cpuShare": round(cpu / self.wall, 3) if self.wall else None,
+                       "cpuUsPerDelete": round(cpu * 1e6 / deletes, 1) if deletes else None}
+                for name, cpu in self.cpu.items()}
+
+
 # --- switching modes --------------------------------------------------------------------------------------
 @attrs.define
 class Modes:
@@ -300,7 +336,8 @@ class Deleters:
                 self.clients.append(client)
         return client
 
-    def round(self, count: int, tag: str) -> list[float]:
+    def round(self, count: int, tag: str, cpu: CpuMeter | None = None) -> list[float]:
+        """Create `count` Deployments, then delete them; `cpu` (if given) meters the deleting only."""
         base = f"/apis/apps/v1/namespaces/{BENCH_NAMESPACE}/deployments"
         names = [f"{tag}-{i}" for i in range(count)]
 
@@ -317,7 +354,8 @@ class Deleters:
             return elapsed
 
         list(self.pool.map(create, names))
-        return list(self.pool.map(delete, names))
+        with cpu if cpu is not None else contextlib.nullcontext():
+            return list(self.pool.map(delete, names))
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -496,12 +534,17 @@ def _gate_view(before: str, after: str) -> dict[str, Any]:
 def measure(cluster: Any, modes: Modes, *, concurrency: list[int], objects: int, rounds: int,
             churn_rate: float, directory: Path, profile_cell: int | None = None) -> list[dict[str, Any]]:
     gate = cluster.gate.replicas[0]
+    assert gate.process.popen is not None and modes.noop.process.popen is not None
+    assert cluster.plane.apiserver.popen is not None
+    pids = {"gate": gate.process.popen.pid, "floor": modes.noop.process.popen.pid,
+            "apiserver": cluster.plane.apiserver.popen.pid}
     cells = []
     for c in concurrency:
         deleters = Deleters(cluster.kubeconfig, c)
         try:
             for churning in (False, True):
                 samples: dict[str, list[float]] = {m: [] for m in MODES}
+                meters = {m: CpuMeter(pids) for m in MODES}
                 churn = Churn(cluster.plane, churn_rate, f"c{c}", directory) if churning else None
                 profiler = None
                 if churning and c == profile_cell:
@@ -514,7 +557,7 @@ def measure(cluster: Any, modes: Modes, *, concurrency: list[int], objects: int,
                         for mode in order:
                             modes.set(mode)
                             tag = f"c{c}-{'churn' if churning else 'quiet'}-{mode}-{r}"
-                            samples[mode] += deleters.round(objects, tag)
+                            samples[mode] += deleters.round(objects, tag, meters[mode])
                 finally:
                     churned = churn.stop() if churn is not None else None
                     profiled = profiler.stop() if profiler is not None else None
@@ -527,6 +570,10 @@ def measure(cluster: Any, modes: Modes, *, concurrency: list[int], objects: int,
                                  "gateNoneP50": _ratio(g["p50Ms"], n["p50Ms"]),
                                  "gateNoneP99": _ratio(g["p99Ms"], n["p99Ms"])}
                 cell["gateView"] = _gate_view(gate_before, gate_after)
+                # Each process's CPU while the DELETEs of a mode were sent: the gate's in `gate` mode against
+                # its own in `floor` mode (watching, not called) is what answering the reviews costs it;
+                # the floor's in `floor` mode is the same for a Go webhook.
+                cell["cpu"] = {m: meters[m].summary(len(samples[m])) for m in MODES}
                 if churned is not None:
                     cell["churnWrites"] = churned
                 if profiled is not None:
@@ -540,16 +587,18 @@ def measure(cluster: Any, modes: Modes, *, concurrency: list[int], objects: int,
 
 TABLE_HEADER = ("| deleters | churn (writes/s) | gate p50/p99 ms | floor p50/p99 ms | none p50/p99 ms | "
                 "gate/floor p50 | gate/floor p99 | gate/none p50 | gate/none p99 | decision p99 ms (cache only) "
-                "| loop lag p99 ms (on CPU) |")
+                "| loop lag p99 ms (on CPU) | gate CPU share, us/DELETE (floor's) |")
 
 
 def _row(cell: dict[str, Any]) -> str:
-    g, f, n, r, v = cell["gate"], cell["floor"], cell["none"], cell["ratio"], cell["gateView"]
+    g, f, n, r, v, cpu = cell["gate"], cell["floor"], cell["none"], cell["ratio"], cell["gateView"], cell["cpu"]
     churn = f"{cell['churnWrites']['achievedPerSecond']}" if cell["churn"] else "none"
     return (f"| {cell['concurrency']} | {churn} | {g['p50Ms']}/{g['p99Ms']} | {f['p50Ms']}/{f['p99Ms']} "
             f"| {n['p50Ms']}/{n['p99Ms']} | {r['gateFloorP50']}x | {r['gateFloorP99']}x | {r['gateNoneP50']}x "
             f"| {r['gateNoneP99']}x | {v.get('decisionP99Ms')} ({v.get('cacheDecisionP99Ms')}) "
-            f"| {v.get('loopLagP99Ms')} ({v.get('loopLagOnCpuP99Ms')}) |")
+            f"| {v.get('loopLagP99Ms')} ({v.get('loopLagOnCpuP99Ms')}) "
+            f"| {cpu['gate']['gate']['cpuShare']}, {cpu['gate']['gate']['cpuUsPerDelete']} "
+            f"({cpu['floor']['floor']['cpuUsPerDelete']}) |")
 
 
 def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, teardown: bool,

@@ -182,23 +182,45 @@ class StaticStateSource:
         return dict(Tally(str(obj.group_resource) for obj in self._state.objects()))
 
 
-class _CloseWhenTerminating:
-    """ASGI middleware: once the webhook is terminating, every HTTP answer carries `Connection: close`."""
+class _WebhookFront:
+    """The TLS listener's ASGI app: POST /validate straight to `Webhook.review`, the rest to starlette.
+
+    A review is the one hot path (the API server sends every gated DELETE here), and starlette's
+    layers around it - error and exception middleware, routing, a Request object and its header
+    parsing - are CPU spent on every review for nothing a review uses (measured against the code
+    before with `python -m benchmarks latency --baseline`: design/operations.md, "The tail"). Once the
+    webhook is terminating, every HTTP answer carries `Connection: close` (Webhook.begin_termination).
+    """
 
     def __init__(self, app: Any, *, webhook: Webhook) -> None:
         self.app, self.webhook = app, webhook
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not self.webhook.terminating:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.webhook.terminating:
+            send = _closing(send)
+        if scope["path"] == "/validate" and scope["method"] == "POST":
+            response = await self.webhook.review(scope["headers"], receive)
+            await response(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
-        async def send_closing(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
-            await send(message)
 
-        await self.app(scope, receive, send_closing)
+def _closing(send: Any) -> Any:
+    """An ASGI `send` that adds `Connection: close` to the response's head."""
+
+    async def send_closing(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await send(message)
+
+    return send_closing
+
+
+class _TooLarge(Exception):
+    """The body passed max_body_bytes while it was read."""
 
 
 class Webhook:
@@ -256,11 +278,10 @@ class Webhook:
         self.terminating = True
 
     # --- apps -------------------------------------------------------------------------------------
-    def webhook_app(self) -> Starlette:
-        """/validate plus the ops endpoints: what the TLS listener serves."""
-        app = self._app([Route("/validate", self.validate, methods=["POST"]), *self._ops_routes()])
-        app.add_middleware(_CloseWhenTerminating, webhook=self)
-        return app
+    def webhook_app(self) -> Any:
+        """/validate plus the ops endpoints, as an ASGI app: what the TLS listener serves."""
+        return _WebhookFront(self._app([Route("/validate", self.validate, methods=["POST"]), *self._ops_routes()]),
+                             webhook=self)
 
     def ops_app(self) -> Starlette:
         """/healthz, /readyz and /metrics only: what the plain-HTTP ops listener serves."""
@@ -302,10 +323,15 @@ class Webhook:
 
     # --- /validate ----------------------------------------------------------------------------------
     async def validate(self, request: Request) -> Response:
+        """POST /validate as a starlette endpoint (webhook_app() sends reviews to `review` directly)."""
+        return await self.review(request.scope["headers"], request.receive)
+
+    async def review(self, headers: Sequence[tuple[bytes, bytes]], receive: Any) -> Response:
+        """One AdmissionReview: the request's ASGI headers and `receive` in, the HTTP answer out."""
         started = time.perf_counter()
         uid = ""
         try:
-            rejected, review = await self._read_review(request)
+            rejected, review = await self._read_review(headers, receive)
             if rejected is not None:
                 return rejected
             uid = _uid_of(review)
@@ -323,38 +349,45 @@ class Webhook:
                 return _json(render_response(uid, _internal_error_decision(exc)))
             return self._reject(400, REJECT_MALFORMED, f"the request could not be processed ({type(exc).__name__})")
 
-    async def _read_review(self, request: Request) -> tuple[Response | None, Any]:
-        length = request.headers.get("content-length")
+    async def _read_review(self, headers: Sequence[tuple[bytes, bytes]], receive: Any) -> tuple[Response | None, Any]:
+        length = content_type = None
+        for name, value in headers:  # ASGI header names are lower case; the first of a repeated one counts
+            if name == b"content-length" and length is None:
+                length = value.decode("latin-1")
+            elif name == b"content-type" and content_type is None:
+                content_type = value.decode("latin-1")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            return self._too_large(f"{length} bytes"), None
-        content_type = request.headers.get("content-type", "")
+            return self._too_large(f"{length} bytes"), None  # answered before a byte of the body is read
+        content_type = content_type or ""
         if content_type.split(";", 1)[0].strip().lower() != JSON:
             return self._reject(400, REJECT_MALFORMED,
                                 f"Content-Type: expected {JSON}, got {content_type or 'none'}"), None
-        if length is not None and length.isdigit():
-            # The common case: the HTTP layer (h11, h2) holds the body to its Content-Length, which is
-            # within the limit, so reading it whole is safe and cheaper than streaming it chunk by chunk.
-            try:
-                body = await request.body()
-            except ClientDisconnect:
-                return self._reject(400, REJECT_MALFORMED, "body: the client disconnected before sending it all"), None
-            if len(body) > self.max_body_bytes:  # never expected; the limit holds whatever the framing did
-                return self._too_large(f"{len(body)} bytes"), None
-            return self._decode(body)
-        chunks: list[bytes] = []
-        size = 0
-        stream = request.stream()
         try:
-            async for chunk in stream:
-                size += len(chunk)
-                if size > self.max_body_bytes:
-                    return self._too_large(f"more than {self.max_body_bytes} bytes"), None
-                chunks.append(chunk)
+            body = await self._receive_body(receive)
         except ClientDisconnect:
             return self._reject(400, REJECT_MALFORMED, "body: the client disconnected before sending it all"), None
-        finally:
-            await stream.aclose()
-        return self._decode(b"".join(chunks))
+        except _TooLarge:
+            # Within a declared Content-Length the HTTP layer (h11) holds the body to it, so this is a body
+            # without one (chunked) - or a framing that misbehaved: the limit holds either way.
+            return self._too_large(f"more than {self.max_body_bytes} bytes"), None
+        return self._decode(body)
+
+    async def _receive_body(self, receive: Any) -> bytes:
+        """The request body from ASGI `receive`, stopping (_TooLarge) as soon as it passes max_body_bytes."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise _TooLarge()
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _decode(self, body: bytes) -> tuple[Response | None, Any]:
         if not body:
@@ -514,7 +547,7 @@ class Webhook:
                             headers={"connection": "close"})
 
 
-def create_app(source: StateSource, **options: Any) -> Starlette:
+def create_app(source: StateSource, **options: Any) -> Any:
     """The full webhook app (/validate and the ops endpoints) for `source`; options as for `Webhook`."""
     return Webhook(source, **options).webhook_app()
 

@@ -21,6 +21,11 @@ Design decisions:
 - The API server talks HTTP/1.1 to webhooks, so ALPN offers only http/1.1. Its client (Go net/http)
   keeps idle connections for 90 s (IdleConnTimeout); our keep-alive is longer, so the client closes
   first and never sends a review into a connection we are closing.
+- The event loop is uvloop's when it is installed (a dependency; `serve --event-loop asyncio` opts out):
+  the serving path is mostly TLS and the event loop's own transport machinery, which uvloop runs in
+  C (libuv, and its own SSL protocol) where asyncio runs them in Python. Measured with
+  `python -m benchmarks latency` in design/operations.md ("The tail"). hypercorn serves on any
+  asyncio loop; the one we patch (hypercornpatch) is loop-independent.
 - Shutdown (the trigger, e.g. SIGTERM): stop accepting, finish in-flight requests for up to 10 s
   (the API server's default webhook timeout - after that nobody waits for the answer), close idle
   keep-alive connections, return. An idle TLS connection closes once the client answers our
@@ -40,14 +45,14 @@ import socket
 import ssl
 import tempfile
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import hypercorn.asyncio
 from hypercorn.config import Config, Sockets
 
 from .errors import InvalidInput
-from .hypercornpatch import release_connections_closed_while_idle
+from .hypercornpatch import release_connections_closed_while_idle, send_response_head_with_body
 from .logs import get_logger
 from .metrics import Metrics, probe_event_loop_lag, time_garbage_collections
 from .server import Webhook
@@ -61,6 +66,32 @@ SSL_HANDSHAKE_TIMEOUT = 10.0
 CERT_CHECK_INTERVAL = 2.0
 # Connections queued before accept; the API server opens few (keep-alive), a probe burst is small.
 BACKLOG = 128
+
+
+# `serve --event-loop`: auto is uvloop when it can be imported, else asyncio's own.
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+LoopName = Literal["uvloop", "asyncio"]
+
+
+def event_loop_factory(choice: str = "auto") -> tuple[LoopName, Callable[[], asyncio.AbstractEventLoop]]:
+    """The event loop to serve on, as (name, factory for asyncio.Runner); InvalidInput if it cannot be had."""
+    if choice not in EVENT_LOOPS:
+        raise InvalidInput("--event-loop", f"expected one of {', '.join(EVENT_LOOPS)}, got {choice!r}")
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise InvalidInput("--event-loop", "uvloop is not installed (pip install uvloop)") from None
+        else:
+            return "uvloop", uvloop.new_event_loop
+    return "asyncio", asyncio.new_event_loop
+
+
+def running_loop_name() -> str:
+    """What the running event loop is (uvloop or asyncio), named from the loop itself: for the log."""
+    module = type(asyncio.get_running_loop()).__module__
+    return "uvloop" if module.split(".", 1)[0] == "uvloop" else "asyncio"
 
 
 @attrs.frozen
@@ -263,9 +294,9 @@ class Service:
         self.webhook = webhook
         self.cert_check_interval = cert_check_interval
         self._service_log = get_logger("criticalsvc.serving")
-        patched = release_connections_closed_while_idle()
-        if not patched.applied:
-            self._service_log.warning(patched.message)
+        for patched in (release_connections_closed_while_idle(), send_response_head_with_body()):
+            if not patched.applied:
+                self._service_log.warning(patched.message)
         webhook_sock = _bind(listen, "--listen")
         try:
             ops_sock = _bind(ops_listen, "--ops-listen") if ops_listen is not None else None
@@ -319,6 +350,7 @@ def _bind(endpoint: Endpoint, flag: str) -> socket.socket:
 
 __all__ = [
     "CERT_CHECK_INTERVAL",
+    "EVENT_LOOPS",
     "GRACEFUL_TIMEOUT",
     "KEEP_ALIVE_TIMEOUT",
     "Endpoint",
@@ -327,5 +359,7 @@ __all__ = [
     "TLSFiles",
     "bind_socket",
     "check_tls_files",
+    "event_loop_factory",
     "parse_endpoint",
+    "running_loop_name",
 ]

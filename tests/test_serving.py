@@ -528,6 +528,7 @@ def test_serve_flag_defaults_mirror_the_server_constants() -> None:
     assert serve.DEFAULT_MAX_BODY_BYTES == server.DEFAULT_MAX_BODY_BYTES == 3 * 1024 * 1024
     assert serve.CERT_CHECK_INTERVAL == serving.CERT_CHECK_INTERVAL
     assert serve.LOG_LEVELS == logs.LEVELS
+    assert serve.EVENT_LOOPS == serving.EVENT_LOOPS
 
 
 @pytest.mark.anyio
@@ -551,3 +552,17 @@ async def test_certs_command_output_serves_tls_that_verifies_against_its_ca(tmp_
                 await client.post(f"https://127.0.0.1:{server.port}/validate", json=review)
     finally:
         assert server.stop() == 0
+
+
+def test_event_loop_uvloop_when_it_is_missing_is_one_line_naming_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--event-loop uvloop` without uvloop installed is a one-line error; auto falls back to asyncio's loop."""
+    from criticalsvc.errors import InvalidInput
+    from criticalsvc.serving import event_loop_factory
+
+    assert event_loop_factory()[0] == "uvloop"  # installed with criticalsvc: the default
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop now raises ImportError
+    with pytest.raises(InvalidInput, match=r"^--event-loop: uvloop is not installed \(pip install uvloop\)$"):
+        event_loop_factory("uvloop")
+    assert event_loop_factory("auto") == ("asyncio", asyncio.new_event_loop)
+    with pytest.raises(InvalidInput, match="--event-loop: expected one of auto, uvloop, asyncio, got 'tokio'"):
+        event_loop_factory("tokio")

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the server stack (starlette, hypercorn, prometheus) loads o
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 CERT_CHECK_INTERVAL = 2.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 # With --embedded, how long to wait for the gate to be ready before writing the kubeconfig anyway.
 READY_TIMEOUT = 60.0
 
@@ -78,6 +79,9 @@ def register(sub: Any) -> None:
                         "while the Service stops routing here (default: %(default)s; the Deployment sets 5)")
     p.add_argument("--port-file", metavar="PATH", help="write the bound ports here as JSON once listening")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    p.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
+                   help="the event loop to serve on: uvloop (C, faster TLS and transports), asyncio's own, or "
+                        "auto: uvloop when installed (default: %(default)s; the `listening` log line names it)")
     p.add_argument("--log-file", metavar="PATH",
                    help="write the logs (JSON lines) to PATH, '-' for stderr (default: stderr; with --embedded "
                         "a file next to the kubeconfig, e.g. /tmp/criticalsvc.log for /tmp/criticalsvc.kubeconfig)")
@@ -122,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from ..logs import configure_logging
-    from ..serving import parse_endpoint
+    from ..serving import event_loop_factory, parse_endpoint
 
     default_listen = "127.0.0.1:0" if args.embedded else ":8443"
     default_ops = "127.0.0.1:0" if args.embedded else ":8081"
@@ -130,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     ops_text = args.ops_listen or default_ops
     ops_listen = None if ops_text in ("", "off") else parse_endpoint(ops_text, flag="--ops-listen")
     embedded_listen = parse_endpoint(args.embedded_listen, flag="--embedded-listen") if args.embedded else None
+    _, loop_factory = event_loop_factory(args.event_loop)
     if args.cert_check_interval <= 0:
         raise InvalidInput("--cert-check-interval", "must be a positive number of seconds")
     if not 0 <= args.shutdown_delay <= 300:
@@ -148,9 +153,10 @@ def run(args: argparse.Namespace) -> int:
             os.unlink(args.kubeconfig_out)
     with _logs_to(log_file) as terminal:
         configure_logging(args.log_level)  # after the flag checks: their errors are one plain line on stderr
-        with tempfile.TemporaryDirectory(prefix="criticalsvc-") as workdir:
-            asyncio.run(_main(args, listen=listen, ops_listen=ops_listen, embedded_listen=embedded_listen,
-                              workdir=workdir, terminal=terminal, log_file=log_file))
+        with tempfile.TemporaryDirectory(prefix="criticalsvc-") as workdir, \
+                asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(_main(args, listen=listen, ops_listen=ops_listen, embedded_listen=embedded_listen,
+                             workdir=workdir, terminal=terminal, log_file=log_file))
     return 0
 
 
@@ -205,7 +211,7 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
     from ..logs import get_logger
     from ..metrics import Metrics
     from ..server import StaticStateSource, Webhook, allowed_and_protected
-    from ..serving import Service, TLSFiles, check_tls_files
+    from ..serving import Service, TLSFiles, check_tls_files, running_loop_name
 
     log = get_logger("criticalsvc.serve")
     metrics = Metrics()
@@ -302,7 +308,8 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             write_atomically(args.port_file, orjson.dumps(ports))
         log.info("listening", webhook=f"{gate_url}/validate",
                  ops=f"http://{_address(service.ops_address)}" if service.ops_address else None,
-                 client_ca=bool(args.client_ca), state=args.state or ("embedded" if cluster else "live"), **ports)
+                 client_ca=bool(args.client_ca), state=args.state or ("embedded" if cluster else "live"),
+                 event_loop=running_loop_name(), **ports)
         try:
             if cluster is not None:
                 assert registered is not None
