@@ -78,6 +78,14 @@ class Condition:
     def __str__(self) -> str:
         return self.expression
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Condition:
+        # Immutable, and the fast program (a Rust object) cannot be copied: the copy is the condition.
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled by its text (the fast program cannot be pickled); compiling it again gives the same.
+        return _revive, (self.expression, self.error)
+
 
 def compile_condition(expression: Any, path: str, *, lenient: bool = False) -> Condition:
     """The condition at `path` (`spec.criteria[1].condition`), compiled; raises InvalidSpec.
@@ -98,6 +106,14 @@ def compile_condition(expression: Any, path: str, *, lenient: bool = False) -> C
         if lenient:
             return Condition(expression, None, error=f"{path} does not compile: {compiled}")
         raise InvalidSpec(path, compiled)
+    program, paths, fast = compiled
+    return Condition(expression, program, paths=paths, fast=fast)
+
+
+def _revive(expression: str, error: str | None) -> Condition:
+    compiled = _compile(expression)
+    if error is not None or isinstance(compiled, str):
+        return Condition(expression, None, error=error or f"does not compile: {compiled}")
     program, paths, fast = compiled
     return Condition(expression, program, paths=paths, fast=fast)
 

@@ -224,3 +224,19 @@ def test_the_cel_benchmark_times_every_example_condition_on_the_fast_path() -> N
     assert "object.status.phase in ['Pending', 'Running']" in timed and len(timed) >= 5
     assert {row[3] for row in rows} == {"yes"}
     assert {row[2] for row in rows} >= {"True", "False"}
+
+
+def test_a_condition_still_copies_and_pickles() -> None:
+    """The fast program is a Rust object that cannot be pickled; a Condition still deep-copies and
+    pickles (as it did with cel-python's program alone), and the copy evaluates alike."""
+    import copy
+    import pickle
+
+    condition = compile_condition("object.spec.replicas > 0", "condition")
+    lenient = compile_condition("object.spec.(", "condition", lenient=True)
+    for original in (condition, lenient):
+        for clone in (copy.deepcopy(original), pickle.loads(pickle.dumps(original))):
+            assert clone == original and clone.error == original.error
+            for obj in ({"spec": {"replicas": 2}}, {"spec": {}}):
+                assert evaluate_condition(clone, obj) == evaluate_condition(original, obj)
+    assert pickle.loads(pickle.dumps(condition)).fast is not None
