@@ -373,15 +373,17 @@ def evaluate_condition(condition: Condition, obj: Mapping[str, Any]) -> Outcome:
 #   literal's type: `object.spec.replicas > 0` is compiled as
 #   `(type(object.spec.replicas) == int ? (object.spec.replicas > 0) : <error>)`;
 # - only a bool answer is taken from it: any error (or a non-bool result) hands the object to celpy,
-#   whose answer and error text are the gate's as before. An error only ever replaces a bool in the
-#   rewritten text, and `||`, `&&`, exists() and all() only absorb an error when their other operands
-#   decide the answer alone, so whatever celpy would have said there, the bool is the same.
+#   whose answer and error text are the gate's as before. A guard's error stands where a value would
+#   and goes up to the nearest bool (a comparison, which errors with it); `||`, `&&`, exists() and
+#   all() only absorb an error when their other operands decide the answer alone, so whatever celpy
+#   would have said there, the bool is the same.
 #
 # The subset: member selection on `object` and on a macro's variable; literals (string without escapes,
 # int, double in plain decimal notation, bool, null); == != < <= > >= between such a value and a literal
 # (or two values of one known type, like `size(x) > 0`); `in` with a list of literals of one type;
-# && || ! and the ternary; has(); size(); startsWith, endsWith, contains; exists and all. Everything
-# else (arithmetic, indexing, matches, exists_one, map/filter, list and map literals elsewhere, uint,
+# && || ! and the ternary; has(); size(); startsWith, endsWith, contains; exists and all; integer
+# + - * / %. Everything else (double and string arithmetic, indexing, matches, exists_one, map/filter,
+# list and map literals elsewhere, uint,
 # bytes, escapes, conversions, timestamps) stays with celpy. What the property test found, and why each
 # construct is or is not here: design/operations.md, "CEL's fast path".
 _SCALAR = {"INT_LIT": "int", "FLOAT_LIT": "double", "STRING_LIT": "string", "BOOL_LIT": "bool", "NULL_LIT": "null"}
@@ -391,6 +393,10 @@ _TYPE_OF = {"int": "int", "double": "double", "string": "string", "bool": "bool"
 _GIVE_UP = "(0 < '')"
 _RELATIONS = {"relation_eq": "==", "relation_ne": "!=", "relation_lt": "<", "relation_le": "<=",
               "relation_gt": ">", "relation_ge": ">="}
+# Integer arithmetic only: both evaluators truncate `/` and `%` toward zero, as cel-spec says, and
+# error on overflow and on division by zero (then celpy answers); doubles and strings stay with celpy.
+_ARITHMETIC = {"addition_add": "+", "addition_sub": "-", "multiplication_mul": "*", "multiplication_div": "/",
+               "multiplication_mod": "%"}
 # Field names that are keywords or reserved words in CEL (cel-spec langdef.md, "Syntax"): kept away
 # from a second parser.
 _RESERVED = frozenset({"as", "break", "const", "continue", "else", "false", "for", "function", "if",
@@ -457,10 +463,14 @@ def _rewrite(node: Any, scope: frozenset[str]) -> tuple[str, str]:
         if op.data not in _RELATIONS:
             raise _NotFast
         return _compare(lhs, _RELATIONS[op.data], _rewrite(rhs, scope)), "bool"
-    if data == "addition":
-        return _rewrite(_only(node, "addition"), scope)
-    if data == "multiplication":
-        return _rewrite(_only(node, "multiplication"), scope)
+    if data in ("addition", "multiplication"):
+        if len(children) == 1:
+            return _rewrite(children[0], scope)
+        op, rhs = children
+        if not (isinstance(op, Tree) and op.data in _ARITHMETIC):
+            raise _NotFast
+        lhs = _rewrite(_only(op, op.data), scope)
+        return f"({_int(lhs)} {_ARITHMETIC[op.data]} {_int(_rewrite(rhs, scope))})", "int"
     if data == "unary":
         if len(children) == 1:
             return _rewrite(children[0], scope)
@@ -545,6 +555,15 @@ def _method(children: list[Any], scope: frozenset[str]) -> tuple[str, str]:
         body, _kind = _rewrite(args[1], scope | {bound})
         return f"{target}.{name}({bound}, {body})", "bool"
     raise _NotFast
+
+
+def _int(value: tuple[str, str]) -> str:
+    """An operand of integer arithmetic: an int, or a value guarded to be one."""
+    if value[1] == "int":
+        return value[0]
+    if value[1] != "dyn":
+        raise _NotFast
+    return f"(type({value[0]}) == int ? {value[0]} : {_GIVE_UP})"
 
 
 def _size(source: str) -> str:
