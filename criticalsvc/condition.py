@@ -361,8 +361,9 @@ def evaluate_condition(condition: Condition, obj: Mapping[str, Any]) -> Outcome:
 # celpy walks its lark parse tree in Python: 150-330 µs per evaluation on this project's machines, a
 # quarter of the gate's CPU under watch churn (design/operations.md, "The tail"). The package
 # `common-expression-language` (`import cel`: the Rust crate cel-interpreter behind pyo3) evaluates the
-# same expressions in 2-20 µs. It is not celpy, though: it follows cel-go's heterogeneous equality
-# (`1 == 'a'` is false, `1 == 1.0` true) where cel-python 0.5 errors with "no such overload", its
+# same expressions in 2-20 µs. It is not celpy, though: it follows cel-spec's heterogeneous equality
+# (https://github.com/google/cel-spec/blob/508bd98efda47d85bcf1b9930dd5f35fa37e9a18/doc/langdef.md#L1015-L1037:
+# `1 == 'a'` is false, `1 == 1.0` true) where cel-python 0.5 errors with "no such overload", its
 # `has()` errors on a missing intermediate field where celpy answers false, and its error texts and
 # the order in which it meets errors differ. So a condition takes the fast path only when it is built
 # from a subset whose answers were checked against celpy (tests/test_condition_fastpath.py, a property
@@ -568,7 +569,9 @@ def _int(value: tuple[str, str]) -> str:
 
 def _size(source: str) -> str:
     """size() of a list or map. cel-interpreter 0.10 counts a string's UTF-8 bytes (`size('é')` is 2)
-    where cel-spec counts code points, as celpy does (found by the property test); strings go to celpy."""
+    where cel-spec counts code points, as celpy does (found by the property test; cel-spec:
+    https://github.com/google/cel-spec/blob/508bd98efda47d85bcf1b9930dd5f35fa37e9a18/doc/langdef.md#L1840-L1855);
+    strings go to celpy."""
     return f"(type({source}) == string ? {_GIVE_UP} : size({source}))"
 
 
