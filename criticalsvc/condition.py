@@ -2,7 +2,8 @@
 
 `spec.criteria[i].condition: "object.status.phase in ['Pending', 'Running']"` makes only the objects
 for which the expression is true block the criterion. The language is CEL as Kubernetes uses it
-(ValidatingAdmissionPolicy, CRD validation rules), evaluated with cel-python (`celpy`); the one
+(ValidatingAdmissionPolicy, CRD validation rules), checked and evaluated with cel-python (`celpy`) -
+the usual conditions by a faster evaluator with celpy's answers ("The fast path" below); the one
 variable is `object`, the whole object as the API server serves it.
 
 When it runs. A condition is compiled once, when the CriticalService is parsed (so the webhook
@@ -384,9 +385,9 @@ def evaluate_condition(condition: Condition, obj: Mapping[str, Any]) -> Outcome:
 # (or two values of one known type, like `size(x) > 0`); `in` with a list of literals of one type;
 # && || ! and the ternary; has(); size(); startsWith, endsWith, contains; exists and all; integer
 # + - * / %. Everything else (double and string arithmetic, indexing, matches, exists_one, map/filter,
-# list and map literals elsewhere, uint,
-# bytes, escapes, conversions, timestamps) stays with celpy. What the property test found, and why each
-# construct is or is not here: design/operations.md, "CEL's fast path".
+# list and map literals elsewhere, uint, bytes, escapes, conversions, timestamps) stays with celpy.
+# What the property test found, and why each construct is or is not here: design/operations.md,
+# "CEL's fast path".
 _SCALAR = {"INT_LIT": "int", "FLOAT_LIT": "double", "STRING_LIT": "string", "BOOL_LIT": "bool", "NULL_LIT": "null"}
 # The type names the rewritten text checks with type() (cel-spec langdef.md, "Type Values").
 _TYPE_OF = {"int": "int", "double": "double", "string": "string", "bool": "bool", "null": "null_type"}
@@ -414,7 +415,7 @@ def _fast_program(ast: Any) -> Any:
     """The fast evaluator's program for a condition in the subset above, or None."""
     try:
         source, _kind = _rewrite(ast, frozenset())
-    except _NotFast:
+    except (_NotFast, RecursionError):  # RecursionError: near MAX_DEPTH, celpy's own limit decides
         return None
     import cel  # deferred like celpy
 
