@@ -127,7 +127,10 @@ def find_wedge(namespace: str, services: Iterable[CriticalService], state: Clust
             for i, c in enumerate(cs.criteria):
                 for obj in _waited_for(c, state):
                     waited[obj.ref] = obj
-                    graph.add_edge(allowed, obj.ref, service=cs.name, why=(
+                    if graph.has_edge(allowed, obj.ref):  # another CriticalService waits for it too: both are on it
+                        graph.edges[allowed, obj.ref]["services"].add(cs.name)
+                        continue
+                    graph.add_edge(allowed, obj.ref, services={cs.name}, why=(
                         f"{provider.ref} may go only once {obj.ref} is gone ({cs.name}.spec.criteria[{i}])"))
     for ref in waited:
         for p in providers:
@@ -146,5 +149,5 @@ def find_wedge(namespace: str, services: Iterable[CriticalService], state: Clust
     except nx.NetworkXNoCycle:
         return None
     edges = [graph.edges[u, v] for u, v in cycle]
-    return Wedge(tuple(e["why"] for e in edges if e["why"]), tuple(sorted({e["service"] for e in edges
-                                                                          if "service" in e})))
+    return Wedge(tuple(e["why"] for e in edges if e["why"]),
+                 tuple(sorted({name for e in edges for name in e.get("services", ())})))

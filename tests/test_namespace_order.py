@@ -484,6 +484,14 @@ def test_a_provider_that_sorts_before_what_it_waits_for_is_a_wedge_refused_at_th
     assert _delete_ns(_state(_cm_service("cm", "b", "a"), objects=objects)).allowed
 
 
+def test_two_criticalservices_waiting_on_the_same_step_of_a_wedge_are_both_named():
+    """Both wait for b through the same edge of the order: the refusal names each (found by
+    test_properties' oracle, which counts every service whose own criteria lead back to its provider)."""
+    objects = (KubeObject(CONFIGMAPS, NS, "a"), KubeObject(CONFIGMAPS, NS, "b"))
+    d = _delete_ns(_state(_cm_service("cm", "a", "b"), _cm_service("cm2", "a", "b"), objects=objects))
+    assert not d.allowed and d.blocking == ("cm", "cm2")
+
+
 def test_a_pod_provider_waiting_for_a_configmap_is_a_wedge_under_pods_first():
     svc = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "p"},
            "spec": {"provider": {"resource": "pods", "namespace": NS, "name": "web-0"},

@@ -155,16 +155,18 @@ def wedged(world: World, services: list[Mapping[str, Any]]) -> set[str]:
     that sorts after it is tried only once that provider may go; nothing but pods while a provider pod waits."""
     Key = tuple[str, str, str]  # (type, namespace, name): Obj holds a dict, so it is no dict key
     waits: dict[Key, set[Key]] = {}
-    owner: dict[Key, str] = {}
+    mine: list[tuple[str, Key, set[Key]]] = []  # (service, its provider, what its own criteria cover)
     for s in services:
         if s["spec"].get("enforcement", "Enforce") != "Enforce":
             continue
         p = exists(world, provider_key(world, s))
         if p is not None:
             key = (p.type, p.namespace, p.name)
-            owner[key] = s["metadata"]["name"]
-            waits.setdefault(key, set()).update((o.type, o.namespace, o.name) for o in all_objects(world)
-                                                for c in s["spec"]["criteria"] if covers(world, c, o))
+            covered = {(o.type, o.namespace, o.name) for o in all_objects(world)
+                       for c in s["spec"]["criteria"] if covers(world, c, o)}
+            mine.append((s["metadata"]["name"], key, covered))
+            # A provider goes once every service protecting it may let it: it waits for all they cover.
+            waits.setdefault(key, set()).update(covered)
     after: dict[Key, set[Key]] = {}  # object -> the objects it cannot go before
     for p, covered in waits.items():
         after.setdefault(p, set()).update(covered)
@@ -173,13 +175,13 @@ def wedged(world: World, services: list[Mapping[str, Any]]) -> set[str]:
             if (p[0] == o[0] and p[2] < o[2]) or (p[0] == "pods" and o[0] != "pods"):
                 after.setdefault(o, set()).update(covered | {p})
     out = set()
-    for p in waits:  # DFS: can p reach itself?
+    for name, p, covered in mine:  # DFS from what this service's own criteria cover: back to its provider?
         seen: set[Key] = set()
-        stack = list(after.get(p, ()))
+        stack = list(covered)
         while stack:
             n = stack.pop()
             if n == p:
-                out.add(owner[p])
+                out.add(name)
                 break
             if n not in seen:
                 seen.add(n)
