@@ -148,6 +148,9 @@ def find_wedge(namespace: str, services: Iterable[CriticalService], state: Clust
         cycle = nx.find_cycle(graph)
     except nx.NetworkXNoCycle:
         return None
-    edges = [graph.edges[u, v] for u, v in cycle]
-    return Wedge(tuple(e["why"] for e in edges if e["why"]),
-                 tuple(sorted({name for e in edges for name in e.get("services", ())})))
+    steps = tuple(why for u, v in cycle if (why := graph.edges[u, v]["why"]))
+    # Every CriticalService with a wait on some cycle is wedged, not only those on the one cycle described:
+    # an edge lies on a cycle exactly when both its ends are in one strongly connected component.
+    component = {node: i for i, nodes in enumerate(nx.strongly_connected_components(graph)) for node in nodes}
+    return Wedge(steps, tuple(sorted({name for u, v, names in graph.edges(data="services", default=())
+                                      if component[u] == component[v] for name in names})))

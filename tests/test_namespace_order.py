@@ -490,6 +490,10 @@ def test_two_criticalservices_waiting_on_the_same_step_of_a_wedge_are_both_named
     objects = (KubeObject(CONFIGMAPS, NS, "a"), KubeObject(CONFIGMAPS, NS, "b"))
     d = _delete_ns(_state(_cm_service("cm", "a", "b"), _cm_service("cm2", "a", "b"), objects=objects))
     assert not d.allowed and d.blocking == ("cm", "cm2")
+    # Two cycles through a: one waits for a itself, the other for b (tried only after a): both are named,
+    # not only those on the cycle the message describes.
+    d = _delete_ns(_state(_cm_service("cm", "a", "a"), _cm_service("cm2", "a", "b"), objects=objects))
+    assert not d.allowed and d.blocking == ("cm", "cm2")
 
 
 def test_a_pod_provider_waiting_for_a_configmap_is_a_wedge_under_pods_first():
