@@ -201,34 +201,7 @@ def test_content_held_by_finalizers_is_rechecked_every_8_seconds():
     assert gaps[0] == pytest.approx(5.0) and gaps[1:] == pytest.approx([8.0] * len(gaps[1:]))
 
 
-@pytest.mark.parametrize("ordered", [True, False])
-def test_pods_go_first_unless_legacy_namespace_deletion(ordered):
-    """KEP-5080: while a pod remains nothing else is deleted; the legacy mode deletes everything in one pass."""
-    cluster = cluster_with(textwrap.dedent("""\
-        apiVersion: v1
-        kind: Namespace
-        metadata: {name: work}
-        ---
-        apiVersion: v1
-        kind: Pod
-        metadata: {name: p, namespace: work, finalizers: [example.com/hold]}
-        ---
-        apiVersion: v1
-        kind: ConfigMap
-        metadata: {name: c, namespace: work}
-        """), gate=False, ordered_namespace_deletion=ordered)
-    cluster.store.delete(ObjectRef(NAMESPACES, "", "work"))
-    run_for(cluster, 30)
-    assert cluster.store.state.get(ObjectRef(PODS, "work", "p")).terminating
-    assert cluster.store.exists(CONFIGMAPS, "work", "c") is ordered
-    cluster.store.remove_finalizer(ObjectRef(PODS, "work", "p"), "example.com/hold")
-    run_for(cluster, 10)
-    assert not cluster.store.exists(NAMESPACES, "", "work")
-    pod_gone = cluster.marks[ObjectRef(PODS, "work", "p")].gone
-    cm_gone = cluster.marks[ObjectRef(CONFIGMAPS, "work", "c")].gone
-    assert (cm_gone[1] > pod_gone[1]) is ordered
-
-
+# A namespace with a pod its finalizer holds and a ConfigMap.
 _POD_AND_CONFIGMAP = textwrap.dedent("""\
     apiVersion: v1
     kind: Namespace
@@ -242,6 +215,22 @@ _POD_AND_CONFIGMAP = textwrap.dedent("""\
     kind: ConfigMap
     metadata: {name: c, namespace: work}
     """)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_pods_go_first_unless_legacy_namespace_deletion(ordered):
+    """KEP-5080: while a pod remains nothing else is deleted; the legacy mode deletes everything in one pass."""
+    cluster = cluster_with(_POD_AND_CONFIGMAP, gate=False, ordered_namespace_deletion=ordered)
+    cluster.store.delete(ObjectRef(NAMESPACES, "", "work"))
+    run_for(cluster, 30)
+    assert cluster.store.state.get(ObjectRef(PODS, "work", "p")).terminating
+    assert cluster.store.exists(CONFIGMAPS, "work", "c") is ordered
+    cluster.store.remove_finalizer(ObjectRef(PODS, "work", "p"), "example.com/hold")
+    run_for(cluster, 10)
+    assert not cluster.store.exists(NAMESPACES, "", "work")
+    pod_gone = cluster.marks[ObjectRef(PODS, "work", "p")].gone
+    cm_gone = cluster.marks[ObjectRef(CONFIGMAPS, "work", "c")].gone
+    assert (cm_gone[1] > pod_gone[1]) is ordered
 
 
 def test_while_pods_remain_the_conditions_do_not_count_the_content():
