@@ -488,6 +488,14 @@ class Criticalsvc(Tool):
                                 "holdUpdates": "WhileBlocking"}}])
 
 
+def _apply_crds(env: Env, files: list[Path]) -> None:
+    """Apply a peer's CRD files from its module, server-side (some exceed the client-side annotation limit)."""
+    for crd in files:
+        done = env.kubectl("apply", "--server-side", "-f", str(crd))
+        if done.returncode != 0:
+            raise AssertionError(f"applying {crd.name}: {done.stderr.strip()}")
+
+
 class Crossplane(Tool):
     """`crossplane core start` outside the cluster: its CRDs, its no-usages webhook and the Usage controller.
 
@@ -509,10 +517,7 @@ class Crossplane(Tool):
         from tests.realcluster.controlplane import Process, free_port, poll
 
         source = module_dir("github.com/crossplane/crossplane/v2", self.version, PEERS["crossplane"].module)
-        for crd in sorted((source / "cluster" / "crds").glob("*.yaml")):
-            done = env.kubectl("apply", "--server-side", "-f", str(crd))
-            if done.returncode != 0:
-                raise AssertionError(f"applying {crd.name}: {done.stderr.strip()}")
+        _apply_crds(env, sorted((source / "cluster" / "crds").glob("*.yaml")))
         env.kubectl("create", "namespace", "crossplane-system")
         tls = env.directory / "crossplane-tls"
         ca = certs.make_ca("crossplane-bench-ca")
@@ -630,10 +635,7 @@ class Kyverno(Tool):
         from tests.realcluster.controlplane import Process, free_port, poll
 
         source = module_dir("github.com/kyverno/kyverno", self.version, PEERS["kyverno"].module)
-        for crd in sorted((source / "config" / "crds").rglob("*.yaml")):
-            done = env.kubectl("apply", "--server-side", "-f", str(crd))
-            if done.returncode != 0:
-                raise AssertionError(f"applying {crd.name}: {done.stderr.strip()}")
+        _apply_crds(env, sorted((source / "config" / "crds").rglob("*.yaml")))
         env.kubectl("create", "namespace", "kyverno")
         port = free_port()
         env.process = Process("kyverno", [
