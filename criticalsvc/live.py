@@ -206,6 +206,15 @@ class LiveState:
             and getattr(self.resource_type(cs.provider.group_resource), "namespaced", True))]
 
 
+def _version_key(item: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(uid, resourceVersion) of a stored object, or None when it lacks either."""
+    metadata = item.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return None
+    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+    return (uid, version) if isinstance(uid, str) and uid and isinstance(version, str) and version else None
+
+
 def _counts(obj: KubeObject, condition: Condition | None) -> bool:
     return condition is None or obj.outcome(condition) is not False
 
@@ -244,6 +253,12 @@ class LiveReader:
         self.max_rounds = max_rounds
         self.confirm_unprotected = confirm_unprotected
         self.on_failure = on_failure
+        # Every confirmation LISTs all CriticalServices; parsing one (its criteria, its conditions) costs
+        # ~225 us, so at 1,000 of them a confirmation spent ~0.2 s of CPU on parsing alone and a 100-stack
+        # teardown never finished (python -m benchmarks realscale, design/operations.md "Real scale").
+        # A stored object's resourceVersion changes with every write to it, so (uid, resourceVersion)
+        # names one parse exactly; the memo keeps only what the latest LIST held.
+        self._parsed: dict[tuple[str, str], CriticalService | None] = {}
 
     def needs_confirmation(self, request: AdmissionRequest, decision: Decision) -> bool:
         """Only ALLOWs are confirmed; among them, those a CriticalService had a say in.
@@ -403,11 +418,21 @@ class LiveReader:
         async def read(t: ResourceType) -> list[CriticalService]:
             items = await self._list_items(t.path(), "", deadline, accept="application/json")
             out: list[CriticalService] = []
+            parsed: dict[tuple[str, str], CriticalService | None] = {}
             for item in items:
-                try:
-                    out.append(parse_critical_service(item, lenient_conditions=True))
-                except InvalidInput:
-                    continue  # as in the cache: an invalid spec protects nothing
+                key = _version_key(item)
+                if key is not None and key in self._parsed:
+                    cs = self._parsed[key]
+                else:
+                    try:
+                        cs = parse_critical_service(item, lenient_conditions=True)
+                    except InvalidInput:
+                        cs = None  # as in the cache: an invalid spec protects nothing
+                if key is not None:
+                    parsed[key] = cs
+                if cs is not None:
+                    out.append(cs)
+            self._parsed = parsed
             return out
 
         if self.mapper is None or self.mapper.lookup(CRITICAL_SERVICES) is None:
