@@ -149,6 +149,9 @@ def test_an_expired_watch_relists_and_allows_nothing_wrongly(cluster: RealCluste
              what="the gate's watches to meet 410 Gone and list again")
     wait_for(cluster.gate.replicas[0].ready, timeout=60, what="the gate to be ready again")
     assert dry_run() == 403
+    # The restarts are counted per resource, in kubectl's spelling (what test_realcluster_load reads).
+    for resource in ("criticalservices.criticalsvc.io", "namespaces", "deployments.apps"):
+        assert cluster.gate.replicas[0].metric("criticalsvc_watch_restarts_total", resource=resource) >= 1, resource
 
     assert admin.delete(user).status_code == 200
     wait_for(lambda: admin.delete(provider).status_code in (200, 404), timeout=60, what="the provider DELETE")
