@@ -23,6 +23,14 @@ read concurrently, and `decide` runs again. A run that asked nothing new is the 
 fresh reads only. A typical provider deletion takes three rounds (the CriticalService list, then
 the criteria's objects, then the final run) — two round trips to the API server.
 
+One read per question at a time. In a teardown many confirmations ask the same questions at once (every
+one begins with the LIST of CriticalServices), and at 1,000 CriticalServices those LISTs were most of what
+the gate asked of the API server (design/operations.md, "Real scale"). A fresh read is shared, but only
+with confirmations that began before it was sent, so each still decides on a read made after its request
+arrived: a question whose read is in flight, sent before this confirmation began, waits for the next read,
+which is sent when that one ends and shared by everyone who asked meanwhile. So reads of one question never
+overlap, the API server sees at most one per read's duration, and a confirmation waits at most two reads.
+
 Failure is a denial. Any read that fails or is not answered within the budget is memoised as
 `LiveReadFailed` (a StateUnavailable; `LiveReadTimeout` is also a TimeoutError); when the final path
 reaches it, `decide` turns it into its "could not verify" denial. `LiveReader.decide` returns that
@@ -81,6 +89,16 @@ PAGE_SIZE = 500
 
 Question = tuple[Hashable, ...]
 FailureReason = Literal["timeout", "error"]
+
+
+@attrs.define
+class _Flights:
+    """The reads of one question: the one in flight (sent at `sent`, monotonic) and the next, which waits
+    for it to end and is shared by every confirmation that began after `sent`."""
+
+    current: asyncio.Task[Any] | None = None
+    sent: float = 0.0
+    queued: asyncio.Task[Any] | None = None
 
 
 class LiveReadFailed(StateUnavailable):
@@ -206,6 +224,12 @@ class LiveState:
             and getattr(self.resource_type(cs.provider.group_resource), "namespaced", True))]
 
 
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """A shared read whose every waiter gave up keeps its outcome to itself (no "never retrieved" warning)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _version_key(item: Mapping[str, Any]) -> tuple[str, str] | None:
     """(uid, resourceVersion) of a stored object, or None when it lacks either."""
     metadata = item.get("metadata")
@@ -259,6 +283,8 @@ class LiveReader:
         # A stored object's resourceVersion changes with every write to it, so (uid, resourceVersion)
         # names one parse exactly; the memo keeps only what the latest LIST held.
         self._parsed: dict[tuple[str, str], CriticalService | None] = {}
+        self._flights: dict[Question, _Flights] = {}
+        self.reads = 0  # fresh reads sent, shared ones once
 
     def needs_confirmation(self, request: AdmissionRequest, decision: Decision) -> bool:
         """Only ALLOWs are confirmed; among them, those a CriticalService had a say in.
@@ -293,7 +319,8 @@ class LiveReader:
 
     async def decide(self, request: AdmissionRequest) -> Confirmation:
         """`decide(request, <fresh reads>)`; a read that fails or times out makes it a denial."""
-        deadline = time.monotonic() + self.timeout
+        began = time.monotonic()
+        deadline = began + self.timeout
         memo: dict[Question, Any] = {}
         for round_ in range(1, self.max_rounds + 1):
             live = LiveState(memo, mapper=self.mapper)
@@ -303,7 +330,7 @@ class LiveReader:
                 if error is not None and self.on_failure is not None:
                     self.on_failure(error.reason)
                 return Confirmation(decision, confirmed=True, rounds=round_, error=error)
-            await self._fetch(live.missing, memo, deadline)
+            await self._fetch(live.missing, memo, began, deadline)
         error = LiveReadFailed(f"the fresh read needed more than {self.max_rounds} rounds")
         if self.on_failure is not None:
             self.on_failure(error.reason)
@@ -312,13 +339,13 @@ class LiveReader:
                             confirmed=True, rounds=self.max_rounds, error=error)
 
     # --- reads ----------------------------------------------------------------------------------------
-    async def _fetch(self, questions: set[Question], memo: dict[Question, Any], deadline: float) -> None:
-        tasks = {asyncio.ensure_future(self._read(q, memo, deadline)): q for q in questions}
+    async def _fetch(self, questions: set[Question], memo: dict[Question, Any], began: float,
+                     deadline: float) -> None:
+        tasks = {self._shared(q, began): q for q in questions}
         remaining = max(0.0, deadline - time.monotonic())
+        # A read still running when this confirmation's budget is spent is left to end within its own
+        # (others may be waiting for it); here it counts as a timeout.
         _done, pending = await asyncio.wait(tasks, timeout=remaining)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)  # reported as timeouts below
         for task, q in tasks.items():
             if task in pending or task.cancelled():
                 memo[q] = LiveReadTimeout(f"a fresh read of {_describe(q)} got no answer within {self.timeout:g} s")
@@ -333,6 +360,33 @@ class LiveReader:
                 raise exc
             else:
                 memo[q] = task.result()
+
+    def _shared(self, q: Question, began: float) -> asyncio.Task[Any]:
+        """The read answering `q` for a confirmation that began at `began`: the one in flight if it was sent
+        after that, else the next one (started now if nothing is in flight)."""
+        flights = self._flights.setdefault(q, _Flights())
+        if flights.current is not None and flights.sent >= began:
+            return flights.current
+        if flights.queued is None:
+            flights.queued = asyncio.ensure_future(self._flight(q, flights, after=flights.current))
+            flights.queued.add_done_callback(_retrieve)
+        return flights.queued
+
+    async def _flight(self, q: Question, flights: _Flights, *, after: asyncio.Task[Any] | None) -> Any:
+        me = asyncio.current_task()
+        if after is not None:
+            await asyncio.wait([after])
+        flights.current, flights.sent, flights.queued = me, time.monotonic(), None
+        self.reads += 1
+        try:
+            # Its own budget: the confirmations sharing it began at different moments and each waits only
+            # as long as its own allows. The memo is this read's alone (discovery it needed on the way).
+            return await self._read(q, {}, time.monotonic() + self.timeout)
+        finally:
+            if flights.current is me:
+                flights.current = None
+            if flights.current is None and flights.queued is None and self._flights.get(q) is flights:
+                del self._flights[q]
 
     async def _read(self, q: Question, memo: Mapping[Question, Any], deadline: float) -> Any:
         match q:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -239,3 +240,85 @@ async def test_a_selector_criterion_is_read_fresh_from_its_namespace_with_the_se
         lists = [q for _m, p, q in env.faults.requests if p == collection]
     assert not confirmed.allowed and "coolresources.my.crd.group cool-apps/db-0" in confirmed.message
     assert lists and all("labelSelector=tier%3Ddb" in q for q in lists)
+
+
+# --- one read per question at a time --------------------------------------------------------------------
+SERVICES_PATH = "/apis/criticalsvc.io/v1alpha1/criticalservices"
+HELD_PATH = "/api/v1/namespaces/finalizer-namespace/configmaps/held"
+
+
+def _service_waiting_for_held() -> dict[str, Any]:
+    """A CriticalService on the reviewed provider, waiting for a ConfigMap that exists."""
+    return {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService",
+            "metadata": {"name": "waits", "uid": "u-waits", "resourceVersion": "7"},
+            "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "finalizer-namespace",
+                                  "name": "finalizer-deployment"},
+                     "criteria": [{"type": "SpecificResource", "specificResource": {
+                         "resource": "configmaps", "namespace": "finalizer-namespace", "name": "held"}}]}}
+
+
+class HeldListTransport:
+    """An API server whose LIST of CriticalServices answers with what was stored when the request came in,
+    but only once the test releases it: a read in flight while the store changes."""
+
+    def __init__(self) -> None:
+        self.services: list[dict[str, Any]] = []
+        self.lists = 0
+        self.released = asyncio.Event()
+
+    async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = "") -> dict[str, Any]:
+        if path == SERVICES_PATH:
+            answer = {"items": json.loads(json.dumps(self.services)), "metadata": {}}  # as stored now
+            self.lists += 1
+            await self.released.wait()
+            return answer
+        if path == HELD_PATH:
+            return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+                "name": "held", "namespace": "finalizer-namespace", "uid": "u-held", "resourceVersion": "3"}}
+        raise AssertionError(f"unexpected read of {path}")
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a confirmation does not watch")
+
+
+async def _until(check: Any) -> None:
+    for _ in range(1000):
+        if check():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("timed out")
+
+
+async def test_confirmations_asking_at_once_share_one_read_sent_after_they_began() -> None:
+    """Eight confirmations that begin while a LIST of CriticalServices is in flight do not send eight more:
+    they share the next one, sent when the first ends (a 100-stack teardown at 1,000 CriticalServices was
+    held by such LISTs). Every confirmation decides, on a read sent after it began."""
+    transport = HeldListTransport()
+    transport.services = [_service_waiting_for_held()]
+    reader = LiveReader(transport, mapper=RESTMapper())  # type: ignore[arg-type]
+    first = asyncio.ensure_future(reader.decide(provider_delete()))
+    await _until(lambda: transport.lists == 1)
+    rest = [asyncio.ensure_future(reader.decide(provider_delete())) for _ in range(8)]
+    await asyncio.sleep(0.01)
+    assert transport.lists == 1, "a read was sent while the same read was in flight"
+    transport.released.set()
+    confirmations = await asyncio.gather(first, *rest)
+    assert transport.lists == 2 and reader.reads <= 4  # two LISTs; the ConfigMap GETs shared likewise
+    assert all(not c.decision.allowed and "still exists" in c.decision.message for c in confirmations)
+
+
+async def test_a_confirmation_never_takes_a_read_sent_before_it_began() -> None:
+    """A LIST in flight shows the cluster as it was when it was sent; a confirmation that began after a
+    CriticalService appeared must not be answered by it, and refuses the deletion the new one protects."""
+    transport = HeldListTransport()
+    reader = LiveReader(transport, mapper=RESTMapper())  # type: ignore[arg-type]
+    before = asyncio.ensure_future(reader.decide(provider_delete()))
+    await _until(lambda: transport.lists == 1)
+    transport.services = [_service_waiting_for_held()]  # written after the first LIST was answered
+    after = asyncio.ensure_future(reader.decide(provider_delete()))
+    await asyncio.sleep(0.01)
+    transport.released.set()
+    early, late = await asyncio.gather(before, after)
+    assert early.decision.allowed and early.decision.rule == Rule.UNPROTECTED
+    assert not late.decision.allowed and "still exists" in late.decision.message
+    assert transport.lists == 2
