@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,12 @@ LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15, 10, 2
 # pass lets other tasks run every LOOP_SLICE seconds of computing, as the watch loop does
 # (criticalsvc/cache/reflector.py).
 LOOP_SLICE = 0.002
+# Even so, a pass over 1,000 CriticalServices every 5 s kept an idle leader at 4.3 % of a core (2 % at
+# 100), the one idle cost that grew with the cluster (design/operations.md, "Real scale"). A pass is skipped
+# when nothing it reads changed since the last pass that wrote all it had to: the caches (`changes`, when the
+# state source counts them), the provider routes and every replay fact. FULL_PASS_EVERY bounds what a missed
+# input could cost: a pass runs at least this often all the same.
+FULL_PASS_EVERY = 60.0
 # The generated client sets no timeout of its own: one hung write would stop every later Event.
 EVENT_TIMEOUT = 5.0
 
@@ -49,7 +56,7 @@ class StatusWriter:
                  namespace: str = "criticalsvc-system", lease_name: str = "criticalsvc-status",
                  interval: float = 5.0, clock: Callable[[], float] = time.time,
                  recorder: EventRecorder | None = None, replayer: Any = None, router: Any = None,
-                 loop_slice: float = LOOP_SLICE) -> None:
+                 loop_slice: float = LOOP_SLICE, full_pass_every: float = FULL_PASS_EVERY) -> None:
         self.api_client = api_client
         self.loop_slice = loop_slice
         # The LiveReplayer (criticalsvc/replayer.py) when replay is on: its intents and permission checks
@@ -72,6 +79,10 @@ class StatusWriter:
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1000)
         self._wake = asyncio.Event()
+        self.full_pass_every = full_pass_every
+        self.skipped = 0  # passes skipped as unchanged
+        self._last_inputs: Any = None
+        self._last_pass = -math.inf  # time.monotonic() of the last pass that ran
 
     # --- status (leader only) ---------------------------------------------------------------------
     async def sync_once(self) -> int:
@@ -82,8 +93,14 @@ class StatusWriter:
             return 0
         api = client.CustomObjectsApi(self.api_client)
         state = self.source.state
-        written = 0
+        written, failed = 0, False
         services = sorted(state.critical_services(), key=lambda c: c.name)
+        inputs = self._inputs(services, state)
+        if (inputs is not None and inputs == self._last_inputs
+                and time.monotonic() - self._last_pass < self.full_pass_every):
+            self.skipped += 1
+            return 0
+        self._last_pass = time.monotonic()
         for gone in self._written.keys() - {(cs.name, cs.uid) for cs in services}:
             del self._written[gone]
         sliced = time.perf_counter()
@@ -108,11 +125,23 @@ class StatusWriter:
                     _content_type="application/merge-patch+json")
             except Exception as exc:  # a failed write is retried on the next round
                 log.warning("status write failed", critical_service=cs.name, error=str(exc))
+                failed = True
                 continue
             self._written[cs.name, cs.uid] = status
             written += 1
         self.writes += written
+        # Taken before the pass: a change during it makes the next pass run. A failed write must be retried.
+        self._last_inputs = None if failed else inputs
         return written
+
+    def _inputs(self, services: list[Any], state: ClusterState) -> Any:
+        """What a pass reads besides the clock, as one comparable value; None when the source cannot say."""
+        changes = getattr(self.source, "changes", None)
+        if not isinstance(changes, int):
+            return None
+        routing = self.router.facts if self.router is not None else None
+        replay = [(cs.name, cs.uid, repr(self._replay_facts(cs, state))) for cs in services] if self.replayer else []
+        return (changes, routing, [(cs.name, cs.uid) for cs in services], replay)
 
     def _replay_facts(self, cs: Any, state: ClusterState) -> dict[str, Any]:
         if self.replayer is None:

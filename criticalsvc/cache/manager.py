@@ -76,6 +76,7 @@ class CacheState:
         self._was_ready = False
         self._changed = asyncio.Event()
         self._change_waiters: list[asyncio.Future[None]] = []
+        self._notified = 0
 
     # --- lifecycle ------------------------------------------------------------------------------------
     @property
@@ -173,7 +174,15 @@ class CacheState:
             with contextlib.suppress(ValueError):
                 self._change_waiters.remove(waiter)
 
+    @property
+    def changes(self) -> int:
+        """Grows whenever what the state answers may have changed: an object, a LIST, a sync, the watch set,
+        discovery, a watch failing (403 included). Equal at two moments: the same answers (the status writer
+        skips a pass on it)."""
+        return self.watches.changes + self._notified + sum(self.watches.restarts.values())
+
     def _notify(self) -> None:
+        self._notified += 1
         self._changed.set()
         for waiter in self._change_waiters:
             if not waiter.done():

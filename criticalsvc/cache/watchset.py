@@ -97,6 +97,7 @@ class _StoreSink:
         return self.reflector is not None and self.owner.successors.get(gr) is self.reflector
 
     def list_page(self, gr: GroupResource, items: Sequence[Mapping[str, Any]], *, first: bool) -> None:
+        self.owner.changes += 1
         # A successor's pages are applied while its predecessor is still the one decisions read: an
         # object it re-projects gains the new outcomes; one it has not reached yet keeps the old ones, and
         # a criterion whose condition is new counts it (fail closed) until then.
@@ -106,6 +107,7 @@ class _StoreSink:
             self.owner._list_page(gr, items, self.conditioned, self.listed)
 
     def list_done(self, gr: GroupResource) -> None:
+        self.owner.changes += 1
         if self.reflector is not None:
             self.owner._take_over(gr, self.reflector)  # a successor's LIST is complete: it becomes current
         if self._current(gr):
@@ -114,11 +116,13 @@ class _StoreSink:
 
     def upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         if self._current(gr):
+            self.owner.changes += 1
             self.owner._upsert(gr, obj, self.conditioned)
             self.owner._after_change(gr)
 
     def delete(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         if self._current(gr):
+            self.owner.changes += 1
             self.owner._delete(gr, obj)
             self.owner._after_change(gr)
 
@@ -133,6 +137,8 @@ class WatchSet:
         self.transport = transport
         self.memory = memory
         self.served = served
+        # Counts what the sinks applied (pages, events, ends of LISTs): unchanged, nothing in `memory` changed.
+        self.changes = 0
         self.backoff = backoff
         self.watch_seconds = watch_seconds
         self.metadata_only = metadata_only
