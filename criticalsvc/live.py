@@ -251,6 +251,18 @@ def _in_order(objects: list[KubeObject]) -> list[KubeObject]:
 
 
 @attrs.frozen
+class RefusedConfirmation:
+    """A DELETE (or UPDATE) the caches would allow but a fresh read could not confirm: when, and why."""
+
+    at: float  # time.time()
+    message: str
+
+
+# What the reader remembers of refused confirmations, for status (criticalsvc/status.py, CannotConfirm).
+MAX_REFUSED = 1000
+
+
+@attrs.frozen
 class Confirmation:
     """What a confirmation did, for metrics and logs."""
 
@@ -285,6 +297,11 @@ class LiveReader:
         self._parsed: dict[tuple[str, str], CriticalService | None] = {}
         self._flights: dict[Question, _Flights] = {}
         self.reads = 0  # fresh reads sent, shared ones once
+        # The object of each request whose confirmation failed, until one of it succeeds: the caches may see a
+        # provider's criteria met while every fresh read of them fails (a Finalizer criterion over a type too
+        # large to LIST within the budget), and then its status must not say "may go" (StatusWriter reads this).
+        self.refused: dict[ObjectRef, RefusedConfirmation] = {}
+        self.refused_changes = 0
 
     def needs_confirmation(self, request: AdmissionRequest, decision: Decision) -> bool:
         """Only ALLOWs are confirmed; among them, those a CriticalService had a say in.
@@ -308,9 +325,22 @@ class LiveReader:
         the webhook then denies with "could not verify" and counts the failure by its reason.
         """
         confirmation = await self.confirmation(request, decision)
+        if confirmation.confirmed:
+            self._remember(request.ref, confirmation.error)
         if confirmation.error is not None:
             raise confirmation.error
         return confirmation.decision
+
+    def _remember(self, ref: ObjectRef, error: LiveReadFailed | None) -> None:
+        if error is None:
+            if self.refused.pop(ref, None) is not None:
+                self.refused_changes += 1
+            return
+        self.refused.pop(ref, None)  # re-inserted last: the dict stays oldest first
+        self.refused[ref] = RefusedConfirmation(time.time(), str(error))
+        while len(self.refused) > MAX_REFUSED:
+            del self.refused[next(iter(self.refused))]
+        self.refused_changes += 1
 
     async def confirmation(self, request: AdmissionRequest, decision: Decision) -> Confirmation:
         if not self.needs_confirmation(request, decision):
@@ -523,4 +553,4 @@ class LiveReader:
 
 
 __all__ = ["CONFIRM_TIMEOUT", "MAX_ROUNDS", "Confirmation", "LiveReadFailed", "LiveReadTimeout", "LiveReader",
-           "LiveState"]
+           "LiveState", "RefusedConfirmation"]

@@ -21,6 +21,12 @@ writer that recomputes every few seconds does not churn it.
                                                 (403, cache not synced): the webhook refuses the provider's
                                                 DELETE as unverifiable, and the message is its reason (which
                                                 type, which error, what to grant); unmetCriteria is absent
+               Unknown (CannotConfirm)          the caches see every criterion met, but the fresh read that
+                                                confirms an ALLOW failed for the provider's last DELETE seen by
+                                                the writing replica (e.g. a Finalizer criterion over a type too
+                                                large to LIST in the budget), so it was refused; the message
+                                                is the read's error. Held until a confirmation succeeds, or
+                                                for CONFIRM_FAILURE_SHOWN seconds
     (Ready is Unknown (CannotVerify) too when whether the provider's type is served cannot be told.)
     ReplayPermitted   (spec.replayDeletion: WhenTearingDown only)
                True  (Permitted)                the gate may delete what it would replay
@@ -54,6 +60,9 @@ if TYPE_CHECKING:  # status reports replay's intents; the rules never import how
 # The reason of a condition the gate cannot compute now (a type it may not read, a cache not synced), and
 # the words the webhook's denial starts with then (decision.decide), so the two say the same thing.
 CANNOT_VERIFY = "CannotVerify"
+CANNOT_CONFIRM = "CannotConfirm"
+# How long a refused confirmation is shown when no later DELETE of the provider comes (a deleter gave up).
+CONFIRM_FAILURE_SHOWN = 600.0
 UNVERIFIED_PREFIX = f"{UNVERIFIED}: "
 # The status is an API object other tools read; five blockers are enough to act on.
 MAX_BLOCKERS = 5
@@ -73,13 +82,14 @@ def _condition(type_: str, status: bool | None, reason: str, message: str, *, no
 def compute_status(cs: CriticalService, state: ClusterState, *, now: float, generation: int = 1,
                    previous: Mapping[str, Any] | None = None, intents: Sequence[DeletionIntent] = (),
                    replay_forbidden: Sequence[GroupResource] | None = None,
-                   routing: RoutingFacts | None = None) -> dict[str, Any]:
+                   routing: RoutingFacts | None = None, refused_confirmation: str | None = None) -> dict[str, Any]:
     """The `.status` the gate would write for `cs` now; a part the state cannot answer is Unknown, never a guess.
 
     `replay_forbidden`: the types the gate may not delete for its replays ([] all permitted, None
     not checked yet); read only when the CriticalService asks for replay. `routing`: what the
     provider-routes writer (criticalsvc/webhookrouter.py) last saw; None: routes are not managed, only
-    the shipped configuration's count."""
+    the shipped configuration's count. `refused_confirmation`: why the fresh read confirming the provider's
+    last DELETE failed, when it did (criticalsvc/live.py, LiveReader.refused)."""
     stamp = format_rfc3339(now)
     prev_conditions = (previous or {}).get("conditions") or []
     # Each part is computed on its own, so a type the gate cannot read (403, not synced) leaves the others
@@ -143,6 +153,12 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         more = f" (and {len(unmet) - 1} more criteria)" if len(unmet) > 1 else ""
         blocking = _condition("Blocking", True, "CriteriaUnmet", f"{first}{more}", now=stamp,
                               generation=generation, previous=prev_conditions)
+    elif refused_confirmation:
+        # The caches say "may go", the webhook said no: the status says what the webhook does.
+        blocking = _condition("Blocking", None, CANNOT_CONFIRM,
+                              f"every criterion holds in the gate's caches, but the fresh read that confirms a "
+                              f"deletion failed, so the last DELETE of {cs.provider} was refused: "
+                              f"{refused_confirmation}", now=stamp, generation=generation, previous=prev_conditions)
     else:
         blocking = _condition("Blocking", False, "CriteriaMet", "every criterion holds; the provider may go",
                               now=stamp, generation=generation, previous=prev_conditions)

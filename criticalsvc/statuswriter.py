@@ -20,16 +20,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import structlog
 
 from .admission import AdmissionRequest
-from .api import GROUP, PLURAL, VERSION
+from .api import GROUP, PLURAL, VERSION, ObjectRef
 from .decision import Decision
 from .errors import StateUnavailable
 from .events import EventRecorder
 from .server import StateSource
 from .state import ClusterState
-from .status import compute_status, same_status
+from .status import CONFIRM_FAILURE_SHOWN, compute_status, same_status
 
 log = structlog.get_logger("criticalsvc.status")
 
@@ -65,6 +66,9 @@ class StatusWriter:
         # The WebhookRouter (criticalsvc/webhookrouter.py) when the gate manages provider routes: its facts
         # decide whether Ready says Enforcing, RoutePending or RoutingFailed.
         self.router = router
+        # The LiveReader (criticalsvc/live.py) when DELETEs are confirmed with fresh reads: its refused
+        # confirmations make Blocking say CannotConfirm where the caches alone would say CriteriaMet.
+        self.reader: Any = None
         self.source = source
         self.identity = identity
         self.namespace = namespace
@@ -115,7 +119,7 @@ class StatusWriter:
             # refused the provider's DELETE as unverifiable.
             status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)),
                                     routing=self.router.facts if self.router is not None else None,
-                                    **self._replay_facts(cs, state))
+                                    refused_confirmation=self._refused(cs, state), **self._replay_facts(cs, state))
             if (cs.name, cs.uid) in self._written and same_status(self._written[cs.name, cs.uid], status):
                 continue
             try:
@@ -141,7 +145,22 @@ class StatusWriter:
             return None
         routing = self.router.facts if self.router is not None else None
         replay = [(cs.name, cs.uid, repr(self._replay_facts(cs, state))) for cs in services] if self.replayer else []
-        return (changes, routing, [(cs.name, cs.uid) for cs in services], replay)
+        refused = getattr(self.reader, "refused_changes", None)
+        return (changes, routing, refused, [(cs.name, cs.uid) for cs in services], replay)
+
+    def _refused(self, cs: Any, state: ClusterState) -> str | None:
+        """Why the last confirmation of a DELETE of cs's (named) provider failed, if it did lately."""
+        refused = getattr(self.reader, "refused", None)
+        if not refused or not isinstance(cs.provider, ObjectRef):
+            return None
+        try:
+            provider_type = state.resolve(cs.provider.group_resource) or cs.provider.group_resource
+        except StateUnavailable:
+            provider_type = cs.provider.group_resource
+        found = refused.get(attrs.evolve(cs.provider, group_resource=provider_type))
+        if found is None or self.clock() - found.at > CONFIRM_FAILURE_SHOWN:
+            return None
+        return str(found.message)
 
     def _replay_facts(self, cs: Any, state: ClusterState) -> dict[str, Any]:
         if self.replayer is None:

@@ -322,3 +322,18 @@ async def test_a_confirmation_never_takes_a_read_sent_before_it_began() -> None:
     assert early.decision.allowed and early.decision.rule == Rule.UNPROTECTED
     assert not late.decision.allowed and "still exists" in late.decision.message
     assert transport.lists == 2
+
+
+async def test_a_refused_confirmation_is_remembered_for_status_until_one_succeeds(met: RunningStandIn) -> None:
+    """A confirmation that fails is kept under the object whose DELETE it refused, with the read's error (the
+    status writer shows it as Blocking CannotConfirm); the next one that succeeds forgets it."""
+    cached = decide(provider_delete(), met.store.state)
+    met.faults.add(r"/criticalservices$", watch=False, status=500)
+    async with reader_for(met) as reader:
+        with pytest.raises(LiveReadFailed):
+            await reader.confirm(provider_delete(), cached)
+        assert list(reader.refused) == [PROVIDER]
+        assert "500" in reader.refused[PROVIDER].message and "CriticalServices" in reader.refused[PROVIDER].message
+        met.faults.clear()
+        assert (await reader.confirm(provider_delete(), cached)).allowed
+        assert reader.refused == {} and reader.refused_changes == 2

@@ -72,7 +72,8 @@ THREADS_PER_STORY_UP_TO = 16
 SOAK_WORKERS = 2  # stacks in flight at once during the soak
 RSS_GROWTH_LIMIT = 0.05
 DURATION = "criticalsvc_decision_duration_seconds"
-TAIL_PARTS = ("criticalsvc_cache_decision_duration_seconds", "criticalsvc_event_loop_lag_seconds")
+TAIL_PARTS = ("criticalsvc_cache_decision_duration_seconds", "criticalsvc_event_loop_lag_seconds",
+              "criticalsvc_event_loop_lag_cpu_seconds", 'criticalsvc_gc_pause_seconds{generation="2"}')
 # What the status writer and leader election write or read: not on the decision path.
 BOOKKEEPING = frozenset({"leases", "events", "criticalservices/status"})
 
@@ -144,33 +145,43 @@ class Histogram:
 
     @classmethod
     def read(cls, gate: GateProcess, metric: str = DURATION) -> Histogram:
+        """`metric` may name one labelled series: `name{label="value"}`."""
+        name, _, labels = metric.partition("{")
+        label = labels.rstrip("}")
         buckets: dict[float, float] = {}
         total = count = 0.0
         for line in gate.metrics().splitlines():
             head, _, value = line.rpartition(" ")
-            if head.startswith(f"{metric}_bucket{{"):
+            series, _, their = head.partition("{")
+            if label and label not in their.rstrip("}").split(","):
+                continue
+            if series == f"{name}_bucket":
                 le = re.search(r'le="([^"]+)"', head)
                 assert le is not None, line
                 buckets[math.inf if le.group(1) == "+Inf" else float(le.group(1))] = float(value)
-            elif head == f"{metric}_sum":
+            elif series == f"{name}_sum":
                 total = float(value)
-            elif head == f"{metric}_count":
+            elif series == f"{name}_count":
                 count = float(value)
+        if label and not buckets:
+            return cls({math.inf: 0.0}, 0.0, 0.0)  # no sample of that series yet (no full collection)
         assert buckets, f"{metric} not in {gate.process.name}'s /metrics"
         return cls(buckets, total, count)
 
     def __sub__(self, other: Histogram) -> Histogram:
-        return Histogram({le: n - other.buckets.get(le, 0.0) for le, n in self.buckets.items()},
+        return Histogram({le: self.buckets.get(le, 0.0) - other.buckets.get(le, 0.0)
+                          for le in self.buckets.keys() | other.buckets.keys()},
                          self.total - other.total, self.count - other.count)
 
     def __add__(self, other: Histogram) -> Histogram:
-        return Histogram({le: n + other.buckets.get(le, 0.0) for le, n in self.buckets.items()},
+        return Histogram({le: self.buckets.get(le, 0.0) + other.buckets.get(le, 0.0)
+                          for le in self.buckets.keys() | other.buckets.keys()},
                          self.total + other.total, self.count + other.count)
 
     def summary(self, noun: str = "decisions") -> str:
         if not self.count:
             return f"no {noun}"
-        pairs = list(self.buckets.items())
+        pairs = sorted(self.buckets.items())
         p50, p99 = (1000 * histogram_quantile(pairs, q) for q in (0.5, 0.99))
         return (f"{self.count:.0f} {noun}, mean {1000 * self.total / self.count:.2f} ms, "
                 f"p50 ~{p50:.2f} ms, p99 ~{p99:.2f} ms")

@@ -210,3 +210,21 @@ def test_a_provider_whose_type_cannot_be_read_is_blocking_unknown_and_has_no_sta
     assert (blocking["status"], blocking["reason"]) == ("Unknown", "CannotVerify")
     assert "the gate may not list deployments.apps (403 Forbidden)" in blocking["message"]
     assert status["providerUID"] is None and status["unmetCriteria"] is None
+
+
+def test_a_refused_confirmation_makes_met_criteria_blocking_unknown_not_may_go(story):
+    """The caches see every criterion met but the fresh read confirming the provider's DELETE failed (a
+    Finalizer criterion over 100,000 ConfigMaps cannot be LISTed in 2 s): the webhook refused it, so
+    Blocking must not say "the provider may go" - it says CannotConfirm with the read's error. With the
+    criteria unmet it stays CriteriaUnmet (that is the first reason to refuse)."""
+    state, cs = story
+    why = "a fresh read of configmaps got no answer within 2 s"
+    unmet = _cond(compute_status(cs, state, now=0, refused_confirmation=why), "Blocking")
+    assert (unmet["status"], unmet["reason"]) == ("True", "CriteriaUnmet")
+    for obj in list(state.objects()):
+        if obj.group_resource.group == "my.crd.group" or obj.group_resource == CRDS:
+            state.remove(obj.ref)
+    assert _cond(compute_status(cs, state, now=0), "Blocking")["reason"] == "CriteriaMet"
+    blocking = _cond(compute_status(cs, state, now=0, refused_confirmation=why), "Blocking")
+    assert (blocking["status"], blocking["reason"]) == ("Unknown", "CannotConfirm")
+    assert why in blocking["message"] and str(cs.provider) in blocking["message"]

@@ -408,3 +408,52 @@ async def _cache_counts_changes() -> None:
             while cache.changes == quiet and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
             assert cache.changes > quiet
+
+
+def test_the_writer_shows_a_refused_confirmation_until_one_succeeds(cluster):
+    """Criteria met in the caches, but the replica's last confirmation of the provider's DELETE failed: the
+    written status says Blocking Unknown (CannotConfirm), not "may go", and CriteriaMet again once a
+    confirmation succeeds - without a cache change in between (the idle skip must see it)."""
+    from criticalsvc.api import CRDS, ObjectRef
+    from criticalsvc.live import RefusedConfirmation
+    from criticalsvc.snapshot import build_state
+
+    store, url = cluster
+    state = build_state(load_path("api/examples/reference-story.yaml"))
+    for obj in list(state.objects()):
+        if obj.group_resource.group == "my.crd.group" or obj.group_resource == CRDS:
+            state.remove(obj.ref)
+    provider = ObjectRef(GroupResource("apps", "deployments"), "finalizer-namespace", "finalizer-deployment")
+
+    class Reader:
+        refused: dict[Any, Any] = {}
+        refused_changes = 0
+
+    def blocking() -> tuple[str, str]:
+        status = httpx.get(f"{url}{CS_PATH}").json()["status"]
+        found = next(c for c in status["conditions"] if c["type"] == "Blocking")
+        return found["reason"], found["message"]
+
+    async def scenario() -> list[tuple[str, str]]:
+        writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host=url)),
+                              source=CountingSource(state), identity="a")
+        writer.reader = reader = Reader()
+        seen = []
+        try:
+            await writer.sync_once()
+            seen.append(await asyncio.to_thread(blocking))
+            reader.refused = {provider: RefusedConfirmation(time.time(), "a fresh read of configmaps got no answer "
+                                                                         "within 2 s")}
+            reader.refused_changes = 1
+            await writer.sync_once()
+            seen.append(await asyncio.to_thread(blocking))
+            reader.refused, reader.refused_changes = {}, 2
+            await writer.sync_once()
+            seen.append(await asyncio.to_thread(blocking))
+        finally:
+            await writer.api_client.close()
+        return seen
+
+    met, refused, met_again = asyncio.run(scenario())
+    assert met[0] == "CriteriaMet" and met_again[0] == "CriteriaMet"
+    assert refused[0] == "CannotConfirm" and "no answer within 2 s" in refused[1]

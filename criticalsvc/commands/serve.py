@@ -273,6 +273,7 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
                                         post_event=writer.post_event, on_change=writer.poke, metrics=metrics,
                                         arm_window=args.replay_arm_window, time_to_live=args.replay_ttl)
                 writer.replayer = replayer
+                writer.reader = reader
                 if args.manage_provider_webhooks:
                     from ..webhookrouter import WebhookRouter
 
