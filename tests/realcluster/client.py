@@ -18,19 +18,53 @@ import yaml
 JSON = dict[str, Any]
 
 
+class ALPNOnce(ssl.SSLContext):
+    """An SSLContext whose ALPN protocols are set once and then left alone.
+
+    httpcore sets them again on the client's shared context for every new connection, and CPython's
+    set_alpn_protocols frees the old list while another thread's handshake may still be copying it: a
+    use-after-free (https://github.com/python/cpython/issues/141012). With several threads on one Client
+    (a ManifestWork agent's teardown threads) it sent a malformed ClientHello, and kube-apiserver answered
+    TLSV1_ALERT_DECODE_ERROR. Setting the same list again changes nothing, so it is skipped.
+    """
+
+    _alpn: tuple[str, ...] | None = None
+
+    def set_alpn_protocols(self, alpn_protocols: Any) -> None:
+        protocols = tuple(alpn_protocols)
+        if self._alpn == protocols:
+            return
+        if self._alpn is not None:
+            raise ValueError(f"this context's ALPN protocols are {list(self._alpn)}, not {list(protocols)}")
+        super().set_alpn_protocols(protocols)
+        self._alpn = protocols
+
+
+def tls_context(*, cadata: str | None = None, verify: bool = True) -> ssl.SSLContext:
+    """A client context (as ssl.create_default_context makes) that threads may share with httpx."""
+    context = ALPNOnce(ssl.PROTOCOL_TLS_CLIENT)
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif cadata is not None:
+        context.load_verify_locations(cadata=cadata)
+    else:
+        context.load_default_certs()
+    return context
+
+
 class Client:
     def __init__(self, kubeconfig: Path) -> None:
         config = yaml.safe_load(kubeconfig.read_text())
         cluster = config["clusters"][0]["cluster"]
         user = config["users"][0]["user"] or {}
         self.base_url: str = cluster["server"]
-        verify: Any = True
+        # One context of our own in every case (httpx would make one per Client too, and mutate it the same way).
         if "certificate-authority-data" in cluster:
-            verify = ssl.create_default_context(
-                cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
-        elif cluster.get("insecure-skip-tls-verify"):
-            verify = False
-        if "client-certificate" in user and isinstance(verify, ssl.SSLContext):
+            verify = tls_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+        else:
+            verify = tls_context(verify=not cluster.get("insecure-skip-tls-verify"))
+        if "client-certificate" in user:
             verify.load_cert_chain(user["client-certificate"], user["client-key"])
         headers = {"Authorization": f"Bearer {user['token']}"} if "token" in user else {}
         self.http = httpx.Client(base_url=self.base_url, verify=verify, headers=headers, timeout=30,
