@@ -287,6 +287,13 @@ class LiveReplayer:
             status = answer.get("status") or {}
             self._access[gr] = (now, bool(status.get("allowed")), str(status.get("reason") or ""))
 
+    @property
+    def facts(self) -> tuple[Any, ...]:
+        """What status shows of the replayer (its intents, which types it may delete), comparable: equal at two
+        moments, no status it contributes to changed (the status writer's idle skip reads this)."""
+        return (tuple(self.intents), tuple(sorted(((str(gr), allowed) for gr, (_at, allowed, _why)
+                                                   in self._access.items()))))
+
     def missing_permissions(self, types: Sequence[GroupResource]) -> list[GroupResource]:
         """Of `types`, those the gate was last told it may not delete (unknown ones are not listed)."""
         return [gr for gr in types if gr in self._access and not self._access[gr][1]]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import pytest
 from kubefakes import FakeAPI, state_with
 
@@ -220,3 +221,22 @@ async def test_an_object_gone_before_the_replay_is_dropped_without_an_event():
     replayer, events = replayer_over(api)  # the cache has not seen it go yet
     await replayer.round()
     assert api.sent("DELETE", OBJECT) == [] and records(api) == [] and events == []
+
+
+def test_the_facts_status_reads_change_with_the_intents_and_the_permission_checks() -> None:
+    """`facts` is what the status writer compares to skip an idle pass: it must change when an intent or a
+    permission check does, and only then."""
+    replayer, _events = replayer_over(FakeAPI())
+    quiet = replayer.facts
+    assert replayer.facts == quiet
+    replayer.intents = [intent()]
+    with_intent = replayer.facts
+    assert with_intent != quiet
+    replayer.intents = [attrs.evolve(intent(), armed_at=None)]
+    assert replayer.facts != with_intent  # the same intent, now waiting: status says another phase
+    replayer._access[DEPLOYMENTS] = (NOW, True, "")
+    allowed = replayer.facts
+    replayer._access[DEPLOYMENTS] = (NOW + 60, True, "")
+    assert replayer.facts == allowed  # checked again, same answer: nothing to show
+    replayer._access[DEPLOYMENTS] = (NOW + 120, False, "forbidden")
+    assert replayer.facts != allowed

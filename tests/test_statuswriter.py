@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -418,7 +419,7 @@ def test_the_writer_shows_a_refused_confirmation_until_one_succeeds(cluster):
     from criticalsvc.live import RefusedConfirmation
     from criticalsvc.snapshot import build_state
 
-    store, url = cluster
+    _store, url = cluster
     state = build_state(load_path("api/examples/reference-story.yaml"))
     for obj in list(state.objects()):
         if obj.group_resource.group == "my.crd.group" or obj.group_resource == CRDS:
@@ -426,8 +427,9 @@ def test_the_writer_shows_a_refused_confirmation_until_one_succeeds(cluster):
     provider = ObjectRef(GroupResource("apps", "deployments"), "finalizer-namespace", "finalizer-deployment")
 
     class Reader:
-        refused: dict[Any, Any] = {}
-        refused_changes = 0
+        def __init__(self) -> None:
+            self.refused: dict[Any, Any] = {}
+            self.refused_changes = 0
 
     def blocking() -> tuple[str, str]:
         status = httpx.get(f"{url}{CS_PATH}").json()["status"]
@@ -457,3 +459,43 @@ def test_the_writer_shows_a_refused_confirmation_until_one_succeeds(cluster):
     met, refused, met_again = asyncio.run(scenario())
     assert met[0] == "CriteriaMet" and met_again[0] == "CriteriaMet"
     assert refused[0] == "CannotConfirm" and "no answer within 2 s" in refused[1]
+
+
+@pytest.mark.parametrize("interval", [5.0, 0.01])
+def test_a_burst_of_denials_costs_one_status_pass_a_second(interval):
+    """A teardown pokes the writer with every denial; passes follow the pokes, but at most one a second
+    (MIN_PASS_INTERVAL), where they ran back to back. The negative control, a writer whose interval is
+    shorter than that (as the tests' writers), passes as often as its interval lets it."""
+    from criticalsvc import statuswriter
+
+    writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:9")),
+                          source=CountingSource(_many_services(2)), identity="a", interval=interval)
+    passes: list[float] = []
+
+    async def counting_pass() -> int:
+        passes.append(time.monotonic())
+        return 0
+
+    async def seeded() -> int:
+        return 0
+
+    writer.sync_once = counting_pass  # type: ignore[method-assign]
+    writer.seed = seeded  # type: ignore[method-assign]
+
+    async def burst() -> None:
+        leading = asyncio.create_task(writer._lead())
+        try:
+            for _ in range(150):  # 1.5 s of denials, one every 10 ms
+                writer.poke()
+                await asyncio.sleep(0.01)
+        finally:
+            leading.cancel()
+            await asyncio.gather(leading, return_exceptions=True)
+            await writer.api_client.close()
+
+    asyncio.run(burst())
+    if interval < statuswriter.MIN_PASS_INTERVAL:
+        assert len(passes) > 20, passes
+    else:
+        assert 2 <= len(passes) <= 3, passes  # at once, then once the second is over
+        assert all(b - a >= 0.95 for a, b in itertools.pairwise(passes)), passes
