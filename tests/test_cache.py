@@ -776,3 +776,42 @@ async def test_a_cache_the_gate_may_not_list_is_not_syncing() -> None:
                              what="the coolresources reflector to meet the 403")
             await eventually(lambda: not cache.syncing(), timeout=10, what="nothing left syncing")
             assert not cache.reflector(COOL).synced.is_set()
+
+
+def test_answers_decode_with_orjson_and_what_it_refuses_with_json() -> None:
+    """The transport decodes with orjson; a document orjson refuses but JSON allows (a lone surrogate
+    escape) still decodes as the json module does, and what is not a JSON object stays a clear error."""
+    from criticalsvc.cache.transport import TransportError, _json_object
+
+    assert _json_object(b'{"kind": "ConfigMap", "data": {"n": 1}}', "x") == {"kind": "ConfigMap", "data": {"n": 1}}
+    assert _json_object(b'{"note": "\\ud800"}', "x") == {"note": "\ud800"}
+    with pytest.raises(TransportError, match="LIST /api/v1/pods is not JSON"):
+        _json_object(b"{not json", "LIST /api/v1/pods")
+    with pytest.raises(TransportError, match="is not a JSON object"):
+        _json_object(b"[1, 2]", "LIST /api/v1/pods")
+
+
+@pytest.mark.parametrize("spacing", [1.0, 0.0])
+def test_crd_churn_reads_discovery_at_most_once_a_second(spacing: float) -> None:
+    """Every CRD change asks for discovery again; a teardown deleting dozens of CRDs made the gate read it
+    back to back. Asked 150 times in 1.5 s, it reads at most once a second (REFRESH_SPACING). The negative
+    control, no spacing, reads again as soon as each read ends."""
+    from kubefakes import running_standin, started_cache, story_store
+
+    async def churn() -> int:
+        with running_standin(story_store()) as env:
+            async with started_cache(env) as (cache, _transport):
+                cache.served.spacing = spacing
+                assert await cache.wait_ready(10)
+                await asyncio.sleep(spacing + 0.1)  # the start-up read's spacing is over
+                before = env.faults.seen(r"^/apis$")
+                for _ in range(150):
+                    cache.refresh_discovery()
+                    await asyncio.sleep(0.01)
+                return env.faults.seen(r"^/apis$") - before
+
+    reads = asyncio.run(churn())
+    if spacing:
+        assert 1 <= reads <= 2, reads
+    else:
+        assert reads > 5, reads
