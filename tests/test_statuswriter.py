@@ -499,3 +499,56 @@ def test_a_burst_of_denials_costs_one_status_pass_a_second(interval):
     else:
         assert 2 <= len(passes) <= 3, passes  # at once, then once the second is over
         assert all(b - a >= 0.95 for a, b in itertools.pairwise(passes)), passes
+
+
+@pytest.mark.parametrize("pause", [1.0, 0.0])
+def test_a_retried_denial_updates_its_event_once_per_batch(cluster, pause, monkeypatch):
+    """Twenty denials of the same DELETE while the writer writes: one Event whose count is 20, written in two
+    requests (created, then its latest count) rather than twenty; the negative control, a writer that writes
+    each one as it comes (no pause between batches), sends more."""
+    from kubernetes.aio.client import CoreV1Api
+
+    store, url = cluster
+    deployments = store.gr_for({"apiVersion": "apps/v1", "kind": "Deployment"})
+    review = store.admission_review(
+        "DELETE", deployments, None, store.get(deployments, "finalizer-namespace", "finalizer-deployment"),
+        name="finalizer-deployment", namespace="finalizer-namespace", user="alice", dry_run=False)
+    request = parse_review(review)
+    decision = decide(request, store.state)
+    writes: list[str] = []
+    for method in ("create_namespaced_event", "patch_namespaced_event"):
+        real = getattr(CoreV1Api, method)
+
+        async def counted(self: Any, *args: Any, _real: Any = real, _method: str = method, **kwargs: Any) -> Any:
+            writes.append(_method)
+            return await _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(CoreV1Api, method, counted)
+
+    def counted_to(n: int) -> Callable[[], bool]:
+        def check() -> bool:
+            items = httpx.get(f"{url}/api/v1/namespaces/default/events").json()["items"]
+            return bool(items) and items[0]["count"] == n
+        return check
+
+    async def main() -> None:
+        writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host=url)),
+                              source=StaticStateSource(store.state), identity="a", event_batch_pause=pause)
+        writer.record(request, decision)
+
+        async def denials() -> None:
+            await asyncio.sleep(0.05)  # the first Event is being written
+            for _ in range(19):
+                writer.record(request, decision)
+                await asyncio.sleep(0.01)
+
+        try:
+            await _run_for([writer.run_events(), denials()], counted_to(20))
+        finally:
+            await writer.api_client.close()
+
+    asyncio.run(main())
+    if pause:
+        assert writes == ["create_namespaced_event", "patch_namespaced_event"], writes
+    else:
+        assert len(writes) > 2, writes
