@@ -5,7 +5,7 @@
                                  [--condition EXPR] [--provider-selector]
                                  [--event-loops auto|asyncio,uvloop] [--baseline DIR]
 
-Both servers are separate processes on the same starlette + hypercorn stack with the same TLS
+Both servers are separate processes on the same uvicorn + httptools stack with the same TLS
 settings (criticalsvc.serving.Service, certificates from `criticalsvc certs --san 127.0.0.1`):
 
     gate   `criticalsvc serve --state SNAPSHOT` on a generated cluster (benchmarks.scale.cluster:

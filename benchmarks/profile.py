@@ -11,7 +11,7 @@ py-spy (PyPI `py-spy`, in the `bench` extra; it needs ptrace, i.e. root or CAP_S
 serving process for --duration seconds, then folds the samples two ways:
 
     by layer     each sample goes to the layer of its innermost frame: criticalsvc (ours: decision,
-                 request handling, logging, metrics), starlette, hypercorn + h11 (HTTP), asyncio + ssl
+                 request handling, logging, metrics), starlette, uvicorn + httptools (HTTP), asyncio + ssl
                  (event loop, TLS), prometheus_client, structlog, other
     by function  inclusive share of the functions on the gate's request path (decide, _record,
                  _read_review, parse_review, the log call ...)
@@ -60,7 +60,7 @@ LAYERS = (
                                           "(selectors.py:", "asyncio/selector_events.py")),
     ("asyncio streams, tasks, locks", ("asyncio/",)),
     ("h11 (HTTP/1.1 parsing, framing)", ("(h11/",)),
-    ("hypercorn (connection, stream, task machinery)", ("(hypercorn/",)),
+    ("uvicorn + httptools (HTTP/1.1 protocol, request cycle)", ("(uvicorn/", "(httptools/")),
     ("criticalsvc: read + decode (orjson) + answer", ("criticalsvc/server.py",)),
     ("criticalsvc: AdmissionRequest parse", ("criticalsvc/admission.py", "criticalsvc/request.py")),
     ("criticalsvc: decide", ("criticalsvc/decision.py", "criticalsvc/state.py", "criticalsvc/criteria.py",
@@ -79,7 +79,7 @@ FUNCTIONS = (
     ("  _read_review (body + JSON)", "Webhook._read_review (criticalsvc/server.py"),
     ("  parse_review", "parse_review (criticalsvc/admission.py"),
     ("Response.__call__ (starlette send)", "Response.__call__ (starlette/responses.py"),
-    ("TCPServer._read_data (hypercorn receive)", "TCPServer._read_data (hypercorn/asyncio/tcp_server.py"),
+    ("HttpToolsProtocol.data_received (uvicorn receive)", "HttpToolsProtocol.data_received (uvicorn/"),
 )
 
 

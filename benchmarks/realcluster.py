@@ -444,7 +444,7 @@ PROFILE_AREAS = (
     ("replayer", "criticalsvc/replayer.py"),
     ("webhook router", "criticalsvc/webhookrouter.py"),
     ("structlog (every log line)", "structlog/"),
-    ("HTTP server: hypercorn + h11", "hypercorn/"),
+    ("HTTP server: uvicorn + httptools", "uvicorn/"),
     ("API client: aiohttp", "aiohttp/"),
     ("TLS (ssl, sslproto)", "ssl"),
     ("prometheus_client", "prometheus_client/"),

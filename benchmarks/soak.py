@@ -48,8 +48,9 @@ the API server's transport closes a connection idle for 90 s and opens another w
 `churn` opens 64 connections at once, sends one review on each and closes them idle, 4 times;
 churnRetainedKiBPerConnection is what the gate's RSS grew by per closed connection after the first
 round. Close to 0 when a closed connection's memory is reused; ~290 KiB when the server keeps the
-connection until its keep-alive timeout (120 s) expires - which hypercorn 0.18 does: its H11Protocol
-ignores the close of an idle connection, and TCPServer's task group then waits for the idle timer.
+connection until its keep-alive timeout (120 s) expires - which hypercorn 0.18, the gate's server
+before uvicorn, did: its H11Protocol ignores the close of an idle connection, and TCPServer's task
+group then waits for the idle timer.
 
 rssSlopePctPer10MinLast30Min is the least-squares slope through the samples of the last 30 minutes
 (all of them in a shorter run), in percent of their mean per 10 minutes: issue 21's goal for the

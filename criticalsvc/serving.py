@@ -1,16 +1,22 @@
-"""Serving the webhook: hypercorn on two listeners, TLS that follows its files, graceful shutdown.
+"""Serving the webhook: uvicorn (httptools) on two listeners, TLS that follows its files, graceful shutdown.
 
     webhook listener (TLS)   Webhook.webhook_app(); HTTP/1.1 only; client certificates verified
                              against --client-ca when given
     ops listener (plain)     Webhook.ops_app(): /healthz, /readyz, /metrics
 
 Design decisions:
-- Sockets are bound (and put into listening state) by `Service.__init__`, before hypercorn runs, and
-  handed to hypercorn through `Config.create_sockets`. So port 0 works - the real ports are known at
-  once (`Service.webhook_address`, `ops_address`) and can be reported before serving starts; early
+- The HTTP server is uvicorn with httptools (a C HTTP/1.1 parser) on an asyncio Protocol. It replaced
+  hypercorn + h11 (asyncio streams, a task and an idle timer per request), which cost ~170 µs of CPU per
+  answer more than this stack - more than TLS, our decoding and our decision together - and needed
+  two patches of its private methods (an idle connection closed by its client was held until the
+  keep-alive timeout; each answer went out as two TLS writes). Measured in design/operations.md ("The
+  stack is the rest", and "The review path on uvicorn").
+- Sockets are bound (and put into listening state) by `Service.__init__`, before the server runs, and
+  handed to it (`_Listener.startup`). So port 0 works - the real ports are known at once
+  (`Service.webhook_address`, `ops_address`) and can be reported before serving starts; early
   connections wait in the kernel's backlog.
-- Certificate rotation without restart: `ReloadingConfig` keeps the SSLContext hypercorn asks it to
-  create and, when the certificate or key file contents change, loads the new pair into that same
+- Certificate rotation without restart: `ReloadingTLS` keeps the SSLContext the listener serves with
+  and, when the certificate or key file contents change, loads the new pair into that same
   context; new handshakes present the new certificate, open connections keep theirs. The pair is
   first loaded into a throwaway context: a half-written rotation (new certificate, old key) would
   otherwise leave the live context without a usable key. A failed reload keeps the old certificate
@@ -20,17 +26,16 @@ Design decisions:
   (an SSLContext cannot forget a CA).
 - The API server talks HTTP/1.1 to webhooks, so ALPN offers only http/1.1. Its client (Go net/http)
   keeps idle connections for 90 s (IdleConnTimeout); our keep-alive is longer, so the client closes
-  first and never sends a review into a connection we are closing.
+  first and never sends a review into a connection we are closing. A TLS handshake gets 10 s, as Go's
+  client gives it (TLSHandshakeTimeout); uvicorn has no setting for it, `_Listener.startup` passes it.
 - The event loop is uvloop's when it is installed (a dependency; `serve --event-loop asyncio` opts out):
   the serving path is mostly TLS and the event loop's own transport machinery, which uvloop runs in
   C (libuv, and its own SSL protocol) where asyncio runs them in Python. Measured with
-  `python -m benchmarks latency` in design/operations.md ("The tail"). hypercorn serves on any
-  asyncio loop; the one we patch (hypercornpatch) is loop-independent.
+  `python -m benchmarks latency` in design/operations.md ("The tail").
 - Shutdown (the trigger, e.g. SIGTERM): stop accepting, finish in-flight requests for up to 10 s
   (the API server's default webhook timeout - after that nobody waits for the answer), close idle
-  keep-alive connections, return. An idle TLS connection closes once the client answers our
-  close_notify; Go's transport reads idle connections and does so at once, a client that never
-  reads holds shutdown until the 10 s are up.
+  keep-alive connections, return. uvicorn's own drain (Server.shutdown); `serve` keeps its own signal
+  handling, so uvicorn's (Server.serve, which captures SIGINT/SIGTERM) is not used.
 """
 
 from __future__ import annotations
@@ -39,7 +44,6 @@ import asyncio
 import contextlib
 import errno
 import hashlib
-import logging
 import os
 import socket
 import ssl
@@ -48,11 +52,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import attrs
-import hypercorn.asyncio
-from hypercorn.config import Config, Sockets
+import uvicorn
 
 from .errors import InvalidInput
-from .hypercornpatch import release_connections_closed_while_idle, send_response_head_with_body
 from .logs import get_logger
 from .metrics import Metrics, probe_event_loop_lag, time_garbage_collections
 from .server import Webhook
@@ -127,7 +129,7 @@ class TLSFiles:
 
 
 def check_tls_files(tls: TLSFiles) -> None:
-    """Fail early, in one line, when the files cannot serve TLS (rather than deep inside hypercorn)."""
+    """Fail early, in one line, when the files cannot serve TLS (rather than deep inside the server)."""
     for flag, path in (("--tls-cert", tls.cert), ("--tls-key", tls.key), ("--client-ca", tls.client_ca)):
         if path is not None and not os.path.isfile(path):
             raise InvalidInput(flag, f"no such file: {path}")
@@ -176,46 +178,40 @@ def _listen(family: int, address: tuple[str, int], backlog: int, *, dual_stack: 
     return sock
 
 
-class _PreboundConfig(Config):
-    """A hypercorn Config that serves sockets bound beforehand instead of binding `config.bind`."""
+def _server_context(tls: TLSFiles) -> ssl.SSLContext:
+    """The webhook listener's SSLContext: TLS 1.2 or later, ECDHE + AES-GCM, ALPN http/1.1 only.
 
-    def __init__(self, sockets: Sockets) -> None:
-        super().__init__()
-        self._prebound = sockets
-        self.accesslog = None  # the webhook writes one line per decision; an access log would double it
-        self.errorlog = logging.getLogger("hypercorn.error")  # forwarded to JSON by criticalsvc.logs
-        self.keep_alive_timeout = KEEP_ALIVE_TIMEOUT
-        self.graceful_timeout = GRACEFUL_TIMEOUT
-        self.backlog = BACKLOG
+    The same choices hypercorn made for this listener before (its Config.create_ssl_context,
+    https://github.com/pgjones/hypercorn/blob/0.18.0/src/hypercorn/config.py), and what the API server's
+    Go client offers (crypto/tls prefers ECDHE + AES-GCM).
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers("ECDHE+AESGCM")
+    context.options |= ssl.OP_NO_COMPRESSION
+    context.set_alpn_protocols(["http/1.1"])
+    context.load_cert_chain(tls.cert, tls.key)
+    if tls.client_ca is not None:
+        context.load_verify_locations(tls.client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
-    def create_sockets(self) -> Sockets:
-        return self._prebound
 
+class ReloadingTLS:
+    """The TLS listener's SSLContext, created once and reloaded in place when the files change."""
 
-class ReloadingConfig(_PreboundConfig):
-    """The TLS listener's Config: keeps the SSLContext it creates and reloads it when the files change."""
-
-    def __init__(self, sock: socket.socket, tls: TLSFiles, *, metrics: Metrics) -> None:
-        super().__init__(Sockets(secure_sockets=[sock], insecure_sockets=[], quic_sockets=[]))
+    def __init__(self, tls: TLSFiles, *, metrics: Metrics) -> None:
         self.tls = tls
-        self.certfile = tls.cert
-        self.keyfile = tls.key
-        self.alpn_protocols = ["http/1.1"]
-        self.ssl_handshake_timeout = SSL_HANDSHAKE_TIMEOUT
-        if tls.client_ca is not None:
-            self.ca_certs = tls.client_ca
-            self.verify_mode = ssl.CERT_REQUIRED
         self._metrics = metrics
-        # not `_log`: hypercorn's Config keeps its own logger under that name
         self._reload_log = get_logger("criticalsvc.serving")
         self._context: ssl.SSLContext | None = None
         self._loaded: dict[str, bytes] = {}
         self._failed: dict[str, bytes] | None = None
 
-    def create_ssl_context(self) -> ssl.SSLContext | None:
-        # Read before hypercorn loads: a rotation in between then shows up as a change at the next check.
+    def create_ssl_context(self) -> ssl.SSLContext:
+        # Read before loading: a rotation in between then shows up as a change at the next check.
         files = self._read_files()
-        context = super().create_ssl_context()
+        context = _server_context(self.tls)
         self._context, self._loaded = context, files
         return context
 
@@ -232,7 +228,7 @@ class ReloadingConfig(_PreboundConfig):
     def reload_now(self) -> bool:
         """Load the certificate files into the serving context if they changed; True when it did."""
         if self._context is None:
-            return False  # not serving yet: hypercorn will read the current files when it starts
+            return False  # not serving yet: the current files are read when serving starts
         try:
             files = self._read_files()
         except OSError as exc:
@@ -245,11 +241,11 @@ class ReloadingConfig(_PreboundConfig):
                 _write_private(cert, files["cert"])
                 _write_private(key, files["key"])
                 probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-                probe.load_cert_chain(cert, key, self.keyfile_password)
+                probe.load_cert_chain(cert, key)
                 if "client_ca" in files and files["client_ca"] != self._loaded.get("client_ca"):
                     probe.load_verify_locations(cadata=files["client_ca"].decode("ascii"))
                     self._context.load_verify_locations(cadata=files["client_ca"].decode("ascii"))
-                self._context.load_cert_chain(cert, key, self.keyfile_password)
+                self._context.load_cert_chain(cert, key)
         except (ssl.SSLError, OSError, ValueError) as exc:
             return self._reload_failed(files, str(exc))
         self._loaded, self._failed = files, None
@@ -273,6 +269,64 @@ class ReloadingConfig(_PreboundConfig):
             self.reload_now()
 
 
+class _Listener(uvicorn.Server):
+    """uvicorn on one socket bound beforehand, with TLS (and its handshake bound) when `context` is given.
+
+    `startup` is uvicorn's own for a list of sockets
+    (https://github.com/encode/uvicorn/blob/0.54.0/uvicorn/server.py, Server.startup) but for the one
+    argument it does not pass: `ssl_handshake_timeout` (asyncio's default is 60 s). The lifespan is
+    off (the app has no start-up or shut-down of its own), so there is no lifespan state to hand on.
+    """
+
+    def __init__(self, app: Any, sock: socket.socket, context: ssl.SSLContext | None) -> None:
+        super().__init__(uvicorn.Config(
+            app,
+            http="httptools",
+            ws="none",
+            lifespan="off",
+            interface="asgi3",
+            log_config=None,  # logging is criticalsvc.logs's: uvicorn's records reach it through the root
+            access_log=False,  # the webhook writes one line per decision; an access log would double it
+            proxy_headers=False,
+            server_header=False,
+            timeout_keep_alive=int(KEEP_ALIVE_TIMEOUT),
+            timeout_graceful_shutdown=int(GRACEFUL_TIMEOUT),
+            backlog=BACKLOG,
+        ))
+        self._sock = sock
+        self._context = context
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        config = self.config
+        if not config.loaded:
+            config.load()
+        self.lifespan = config.lifespan_class(config)
+
+        def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state={}, _loop=_loop)
+
+        timeout = SSL_HANDSHAKE_TIMEOUT if self._context is not None else None
+        self.servers = [await asyncio.get_running_loop().create_server(
+            create_protocol, sock=self._sock, ssl=self._context, backlog=BACKLOG, ssl_handshake_timeout=timeout)]
+        self.started = True
+
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set, then drain as uvicorn does (module docstring, "Shutdown")."""
+        await self.startup()
+
+        async def stop_when_told() -> None:
+            await stop.wait()
+            self.should_exit = True
+
+        stopper = asyncio.create_task(stop_when_told())
+        try:
+            await self.main_loop()
+        finally:
+            stopper.cancel()
+            await self.shutdown()
+
+
 def _write_private(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -294,9 +348,6 @@ class Service:
         self.webhook = webhook
         self.cert_check_interval = cert_check_interval
         self._service_log = get_logger("criticalsvc.serving")
-        for patched in (release_connections_closed_while_idle(), send_response_head_with_body()):
-            if not patched.applied:
-                self._service_log.warning(patched.message)
         webhook_sock = _bind(listen, "--listen")
         try:
             ops_sock = _bind(ops_listen, "--ops-listen") if ops_listen is not None else None
@@ -305,26 +356,34 @@ class Service:
             raise
         self.webhook_address: tuple[str, int] = webhook_sock.getsockname()[:2]
         self.ops_address: tuple[str, int] | None = ops_sock.getsockname()[:2] if ops_sock is not None else None
-        self.tls_config = ReloadingConfig(webhook_sock, tls, metrics=webhook.metrics)
-        self._servers: list[tuple[Any, Config]] = [(webhook.webhook_app(), self.tls_config)]
+        self.tls_context = ReloadingTLS(tls, metrics=webhook.metrics)
+        self._listeners: list[tuple[Any, socket.socket, bool]] = [(webhook.webhook_app(), webhook_sock, True)]
         if ops_sock is not None:
-            ops_config = _PreboundConfig(Sockets(secure_sockets=[], insecure_sockets=[ops_sock], quic_sockets=[]))
-            self._servers.append((webhook.ops_app(), ops_config))
+            self._listeners.append((webhook.ops_app(), ops_sock, False))
         self._sockets = [s for s in (webhook_sock, ops_sock) if s is not None]
 
     def reload_certificates(self) -> bool:
         """Reload the serving certificate now if its files changed (also done every cert_check_interval)."""
-        return self.tls_config.reload_now()
+        return self.tls_context.reload_now()
 
     async def run(self, shutdown_trigger: Callable[[], Awaitable[Any]]) -> None:
         """Serve until `shutdown_trigger()` returns, then finish in-flight requests and return."""
-        watchers = [asyncio.create_task(self.tls_config.watch_certificates(self.cert_check_interval)),
-                    asyncio.create_task(probe_event_loop_lag(self.webhook.metrics))]
+        listeners = [_Listener(app, sock, self.tls_context.create_ssl_context() if secure else None)
+                     for app, sock, secure in self._listeners]
+        stop = asyncio.Event()
+
+        async def trigger() -> None:
+            await shutdown_trigger()
+            stop.set()
+
+        watchers = [asyncio.create_task(self.tls_context.watch_certificates(self.cert_check_interval)),
+                    asyncio.create_task(probe_event_loop_lag(self.webhook.metrics)),
+                    asyncio.create_task(trigger())]
         untime_gc = time_garbage_collections(self.webhook.metrics)
         try:
             async with asyncio.TaskGroup() as group:
-                for app, config in self._servers:
-                    group.create_task(hypercorn.asyncio.serve(app, config, shutdown_trigger=shutdown_trigger))
+                for listener in listeners:
+                    group.create_task(listener.serve_until(stop))
         finally:
             for watcher in watchers:
                 watcher.cancel()
@@ -354,7 +413,7 @@ __all__ = [
     "GRACEFUL_TIMEOUT",
     "KEEP_ALIVE_TIMEOUT",
     "Endpoint",
-    "ReloadingConfig",
+    "ReloadingTLS",
     "Service",
     "TLSFiles",
     "bind_socket",
