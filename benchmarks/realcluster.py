@@ -435,7 +435,7 @@ class Churn:
 # --- py-spy on the gate -----------------------------------------------------------------------------------
 # Where the gate's samples go, inclusive: (label, a substring of a frame as py-spy prints it).
 PROFILE_AREAS = (
-    ("reviews: Webhook.validate (read, decide, record, log)", "Webhook.validate (criticalsvc/server.py"),
+    ("reviews: Webhook.review (read, decide, record, log)", "Webhook.review (criticalsvc/server.py"),
     ("  decide", "decide (criticalsvc/decision.py"),
     ("  the decision's log line", "Webhook._record (criticalsvc/server.py"),
     ("watch events: reflector, projection, CEL, indexes", "criticalsvc/cache/"),
