@@ -515,6 +515,7 @@ def _gate_view(before: str, after: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, metric in (("decision", "criticalsvc_decision_duration_seconds"),
                         ("cacheDecision", "criticalsvc_cache_decision_duration_seconds"),
+                        ("cacheDecisionCpu", "criticalsvc_cache_decision_cpu_seconds"),
                         ("loopLag", "criticalsvc_event_loop_lag_seconds"),
                         ("loopLagOnCpu", "criticalsvc_event_loop_lag_cpu_seconds")):
         a, b = histograms(after, metric).get(""), histograms(before, metric).get("")

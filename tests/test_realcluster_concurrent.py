@@ -72,7 +72,8 @@ THREADS_PER_STORY_UP_TO = 16
 SOAK_WORKERS = 2  # stacks in flight at once during the soak
 RSS_GROWTH_LIMIT = 0.05
 DURATION = "criticalsvc_decision_duration_seconds"
-TAIL_PARTS = ("criticalsvc_cache_decision_duration_seconds", "criticalsvc_event_loop_lag_seconds",
+TAIL_PARTS = ("criticalsvc_cache_decision_duration_seconds", "criticalsvc_cache_decision_cpu_seconds",
+              "criticalsvc_event_loop_lag_seconds",
               "criticalsvc_event_loop_lag_cpu_seconds", 'criticalsvc_gc_pause_seconds{generation="2"}')
 # What the status writer and leader election write or read: not on the decision path.
 BOOKKEEPING = frozenset({"leases", "events", "criticalservices/status"})

@@ -232,6 +232,41 @@ async def call_asgi(app: Any, headers: list[tuple[bytes, bytes]], chunks: list[b
     return status, body, pulled
 
 
+async def test_cache_decision_time_starts_with_the_body_read(source: StaticStateSource) -> None:
+    """A body that arrives in two reads 200 ms apart: the review took 200 ms in the gate
+    (criticalsvc_decision_duration_seconds), its decision from the caches far less
+    (criticalsvc_cache_decision_duration_seconds), of which some was CPU (criticalsvc_cache_decision_cpu_seconds)."""
+    webhook = make_webhook(source)
+    body = orjson.dumps(review_of("unrelated"))
+    pulled = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal pulled
+        pulled += 1
+        if pulled == 2:
+            await asyncio.sleep(0.2)  # the rest of the body comes late
+        half = len(body) // 2
+        return {"type": "http.request", "body": body[:half] if pulled == 1 else body[half:], "more_body": pulled == 1}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "https", "path": "/validate", "raw_path": b"/validate", "query_string": b"",
+             "root_path": "", "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 443)}
+    await asyncio.wait_for(webhook.webhook_app()(scope, receive, send), 5)
+    assert orjson.loads(sent[-1]["body"])["response"]["allowed"] is True
+    metrics = webhook.metrics.exposition()[0].decode()
+    assert metric_value(metrics, "criticalsvc_decision_duration_seconds_sum") >= 0.2
+    cache = metric_value(metrics, "criticalsvc_cache_decision_duration_seconds_sum")
+    assert metric_value(metrics, "criticalsvc_cache_decision_duration_seconds_count") == 1 and cache < 0.1
+    assert metric_value(metrics, "criticalsvc_cache_decision_cpu_seconds_count") == 1
+    assert 0 < metric_value(metrics, "criticalsvc_cache_decision_cpu_seconds_sum") <= cache
+
+
 async def test_oversize_declared_length_is_rejected_unread(source: StaticStateSource) -> None:
     """A Content-Length over the limit is answered 413 before a single body chunk is read."""
     app = make_webhook(source, max_body_bytes=1024).webhook_app()
