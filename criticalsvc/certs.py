@@ -184,7 +184,7 @@ def cert_pem(cert: x509.Certificate) -> bytes:
 
 
 def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    # PKCS#8, unencrypted: what hypercorn/ssl.load_cert_chain and the kubelet-mounted Secret expect.
+    # PKCS#8, unencrypted: what ssl.load_cert_chain and the kubelet-mounted Secret expect.
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 

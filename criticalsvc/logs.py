@@ -1,7 +1,7 @@
 """Structured logs: one JSON object per line on stderr, for our own events and for library logging.
 
 structlog renders with orjson straight to a byte stream (no stdlib formatting on the hot path: the
-server writes a line per decision). Records from stdlib `logging` (hypercorn's error log, the
+server writes a line per decision). Records from stdlib `logging` (uvicorn's error log, the
 kubernetes client, asyncio) are forwarded into the same renderer, so the stream stays one JSON
 object per line whatever wrote it. Loggers are not cached on first use: `configure_logging` may be
 called again (tests point the stream at a buffer), and components bind their logger when they are

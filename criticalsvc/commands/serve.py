@@ -39,7 +39,7 @@ from ..atomicfile import write_atomically
 from ..errors import InvalidInput
 from ..replay import ARM_WINDOW, TIME_TO_LIVE
 
-if TYPE_CHECKING:  # the server stack (starlette, hypercorn, prometheus) loads only when `serve` runs
+if TYPE_CHECKING:  # the server stack (starlette, uvicorn, prometheus) loads only when `serve` runs
     from ..serving import Service
 
 # Mirrors of server.DEFAULT_MAX_BODY_BYTES (3 MiB), serving.CERT_CHECK_INTERVAL and logs.LEVELS, so
@@ -170,7 +170,7 @@ def default_log_file(kubeconfig_out: Path) -> Path:
 
 @contextlib.contextmanager
 def _logs_to(log_file: str) -> Iterator[TextIO]:
-    """Send the process's stderr (the JSON logs, and whatever else a library prints there: hypercorn's
+    """Send the process's stderr (the JSON logs, and whatever else a library prints there: uvicorn's
     own handler, asyncio's "SSL shutdown timed out", a thread's traceback) to `log_file` ('-': leave it).
 
     Yields a stream to the terminal (the original stderr) for the few lines a person must see; stderr
