@@ -18,7 +18,7 @@ restarts by incrementing `watch_restarts` (e.g. CacheState's `on_watch_restart` 
     criticalsvc_live_confirmations_total{result}                  allowed | denied | failed
     criticalsvc_live_confirmation_failures_total{reason}          timeout | error
     criticalsvc_break_glass_total{resource}                       deletions and updates let through by break-glass
-    criticalsvc_requests_rejected_total{reason}                   malformed | too-large | not-ready
+    criticalsvc_requests_rejected_total{reason}                   malformed | too-large (body, or request head) | not-ready
     criticalsvc_decision_errors_total                             unexpected exceptions (answered DENY)
     criticalsvc_certificate_reloads_total{result}                 serving certificate reloads
     criticalsvc_event_loop_lag_seconds                            how late a periodic timer ran (probe_event_loop_lag)
@@ -118,7 +118,7 @@ class Metrics:
             "although criteria were unmet, by resource.", ["resource"], registry=r)
         self.requests_rejected = Counter(
             "criticalsvc_requests_rejected_total", "Requests answered without a decision (400 malformed, "
-            "413 too-large, 503 not-ready), by reason.", ["reason"], registry=r)
+            "413 or 431 too-large, 503 not-ready), by reason.", ["reason"], registry=r)
         self.decision_errors = Counter(
             "criticalsvc_decision_errors_total", "Unexpected exceptions while deciding; each was answered with "
             "a denial (fail closed).", registry=r)

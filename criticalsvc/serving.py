@@ -53,10 +53,11 @@ from typing import Any, Literal
 
 import attrs
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .errors import InvalidInput
 from .logs import get_logger
-from .metrics import Metrics, probe_event_loop_lag, time_garbage_collections
+from .metrics import REJECT_TOO_LARGE, Metrics, probe_event_loop_lag, time_garbage_collections
 from .server import Webhook
 
 # Longer than the API server's idle-connection timeout (Go net/http: 90 s), see the module docstring.
@@ -269,6 +270,48 @@ class ReloadingTLS:
             self.reload_now()
 
 
+# A request's head (request line and headers) may take this many bytes; the API server's are under 1 KiB.
+# httptools has no bound of its own (h11, hypercorn's parser, refused a head over 16 KiB): without this,
+# one endless header grew the gate's memory without limit - measured, 200 MiB sent in one header took
+# its RSS from 73 to 354 MiB.
+MAX_HEAD_BYTES = 64 * 1024
+
+
+class _BoundedHead(HttpToolsProtocol):
+    """uvicorn's httptools protocol, but a request whose head passes MAX_HEAD_BYTES is answered 431 and its
+    connection closed, before more of it is buffered.
+
+    The bytes are counted per received chunk from the one in which the request began, while its head is
+    incomplete after that chunk is parsed - so everything counted is head, but for the end of a
+    pipelined request before it in the same chunk (the API server does not pipeline).
+    """
+
+    rejected: Callable[[], None] = staticmethod(lambda: None)  # set per connection by _Listener
+    _head_bytes: int | None = None  # bytes received since a request began, while its head is incomplete
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes = 0
+
+    def on_headers_complete(self) -> None:
+        self._head_bytes = None
+        super().on_headers_complete()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._head_bytes is None or self.transport.is_closing():
+            return
+        self._head_bytes += len(data)
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._head_bytes = None
+            self.rejected()
+            message = f"request head over {MAX_HEAD_BYTES} bytes (request line and headers)\n".encode()
+            self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; "
+                                 b"charset=utf-8\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                                 % (len(message), message))
+            self.transport.close()
+
+
 class _Listener(uvicorn.Server):
     """uvicorn on one socket bound beforehand, with TLS (and its handshake bound) when `context` is given.
 
@@ -278,10 +321,11 @@ class _Listener(uvicorn.Server):
     off (the app has no start-up or shut-down of its own), so there is no lifespan state to hand on.
     """
 
-    def __init__(self, app: Any, sock: socket.socket, context: ssl.SSLContext | None) -> None:
+    def __init__(self, app: Any, sock: socket.socket, context: ssl.SSLContext | None, *,
+                 rejected: Callable[[], None]) -> None:
         super().__init__(uvicorn.Config(
             app,
-            http="httptools",
+            http=_BoundedHead,
             ws="none",
             lifespan="off",
             interface="asgi3",
@@ -295,6 +339,7 @@ class _Listener(uvicorn.Server):
         ))
         self._sock = sock
         self._context = context
+        self._rejected = rejected
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         config = self.config
@@ -303,8 +348,9 @@ class _Listener(uvicorn.Server):
         self.lifespan = config.lifespan_class(config)
 
         def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
-            return config.http_protocol_class(  # type: ignore[call-arg]
-                config=config, server_state=self.server_state, app_state={}, _loop=_loop)
+            protocol = _BoundedHead(config=config, server_state=self.server_state, app_state={}, _loop=_loop)
+            protocol.rejected = self._rejected
+            return protocol
 
         timeout = SSL_HANDSHAKE_TIMEOUT if self._context is not None else None
         self.servers = [await asyncio.get_running_loop().create_server(
@@ -368,7 +414,9 @@ class Service:
 
     async def run(self, shutdown_trigger: Callable[[], Awaitable[Any]]) -> None:
         """Serve until `shutdown_trigger()` returns, then finish in-flight requests and return."""
-        listeners = [_Listener(app, sock, self.tls_context.create_ssl_context() if secure else None)
+        too_large = self.webhook.metrics.requests_rejected.labels(REJECT_TOO_LARGE).inc
+        listeners = [_Listener(app, sock, self.tls_context.create_ssl_context() if secure else None,
+                               rejected=too_large)
                      for app, sock, secure in self._listeners]
         stop = asyncio.Event()
 
@@ -412,6 +460,7 @@ __all__ = [
     "EVENT_LOOPS",
     "GRACEFUL_TIMEOUT",
     "KEEP_ALIVE_TIMEOUT",
+    "MAX_HEAD_BYTES",
     "Endpoint",
     "ReloadingTLS",
     "Service",
