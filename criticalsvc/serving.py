@@ -11,6 +11,9 @@ Design decisions:
   two patches of its private methods (an idle connection closed by its client was held until the
   keep-alive timeout; each answer went out as two TLS writes). Measured in design/operations.md ("The
   stack is the rest", and "The review path on uvicorn").
+- Bounded input: a request's head over MAX_HEAD_BYTES is answered 431 and the connection closed
+  (`_BoundedHead`: httptools buffers a head without limit); a body is buffered at most ~64 KiB ahead of
+  the app (uvicorn's flow control), which refuses one over --max-body-bytes.
 - Sockets are bound (and put into listening state) by `Service.__init__`, before the server runs, and
   handed to it (`_Listener.startup`). So port 0 works - the real ports are known at once
   (`Service.webhook_address`, `ops_address`) and can be reported before serving starts; early
