@@ -319,7 +319,7 @@ class _Listener(uvicorn.Server):
     """uvicorn on one socket bound beforehand, with TLS (and its handshake bound) when `context` is given.
 
     `startup` is uvicorn's own for a list of sockets
-    (https://github.com/encode/uvicorn/blob/0.54.0/uvicorn/server.py, Server.startup) but for the one
+    (https://github.com/Kludex/uvicorn/blob/0.54.0/uvicorn/server.py, Server.startup) but for the one
     argument it does not pass: `ssl_handshake_timeout` (asyncio's default is 60 s). The lifespan is
     off (the app has no start-up or shut-down of its own), so there is no lifespan state to hand on.
     """
