@@ -18,7 +18,7 @@ restarts by incrementing `watch_restarts` (e.g. CacheState's `on_watch_restart` 
     criticalsvc_live_confirmations_total{result}                  allowed | denied | failed
     criticalsvc_live_confirmation_failures_total{reason}          timeout | error
     criticalsvc_break_glass_total{resource}                       deletions and updates let through by break-glass
-    criticalsvc_requests_rejected_total{reason}                   malformed | too-large (body, or request head) | not-ready
+    criticalsvc_requests_rejected_total{reason}                   malformed | too-large (body or head) | not-ready
     criticalsvc_decision_errors_total                             unexpected exceptions (answered DENY)
     criticalsvc_certificate_reloads_total{result}                 serving certificate reloads
     criticalsvc_event_loop_lag_seconds                            how late a periodic timer ran (probe_event_loop_lag)

@@ -121,7 +121,8 @@ def review_request(extra_headers: bytes = b"") -> bytes:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
-def test_serve_runs_on_the_chosen_loop_and_answers_reviews_on_one_keepalive_connection(tmp_path: Path, loop: str) -> None:
+def test_serve_runs_on_the_chosen_loop_and_answers_reviews_on_one_keepalive_connection(
+        tmp_path: Path, loop: str) -> None:
     """`serve` says in its `listening` line which event loop it runs on (uvloop by default); on either,
     reviews are answered one after another on one keep-alive TLS connection, each answer in
     application-data records only (no renegotiation, no alert), and SIGTERM exits 0."""
