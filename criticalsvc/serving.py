@@ -343,6 +343,7 @@ class _Listener(uvicorn.Server):
         self._sock = sock
         self._context = context
         self._rejected = rejected
+        self._stop = asyncio.Event()  # replaced by serve_until's
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         config = self.config
@@ -362,18 +363,16 @@ class _Listener(uvicorn.Server):
 
     async def serve_until(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set, then drain as uvicorn does (module docstring, "Shutdown")."""
+        self._stop = stop
         await self.startup()
-
-        async def stop_when_told() -> None:
-            await stop.wait()
-            self.should_exit = True
-
-        stopper = asyncio.create_task(stop_when_told())
         try:
             await self.main_loop()
         finally:
-            stopper.cancel()
             await self.shutdown()
+
+    async def on_tick(self, counter: int) -> bool:
+        # uvicorn's main loop asks this every 0.1 s whether to stop; `stop` is the Service's shutdown.
+        return await super().on_tick(counter) or self._stop.is_set()
 
 
 def _write_private(path: str, data: bytes) -> None:
