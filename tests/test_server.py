@@ -207,14 +207,18 @@ async def test_oversize_body_gets_413(source: StaticStateSource) -> None:
     assert (await post_review(webhook, DELETE_PROVIDER)).status_code == 200  # under the limit: answered
 
 
-async def call_asgi(app: Any, headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[int, bytes, int]:
-    """POST /validate through the raw ASGI interface; returns (status, body, chunks the app pulled)."""
+async def call_asgi(app: Any, headers: list[tuple[bytes, bytes]], chunks: list[bytes], *,
+                    gap: float = 0.0) -> tuple[int, bytes, int]:
+    """POST /validate through the raw ASGI interface, each chunk after the first `gap` seconds after the one
+    before; returns (status, body, chunks the app pulled)."""
     pulled = 0
 
     async def receive() -> dict[str, Any]:
         nonlocal pulled
         if pulled >= len(chunks):
             await asyncio.Event().wait()  # a client that sends nothing more
+        if pulled and gap:
+            await asyncio.sleep(gap)
         pulled += 1
         return {"type": "http.request", "body": chunks[pulled - 1], "more_body": pulled < len(chunks)}
 
@@ -238,27 +242,10 @@ async def test_cache_decision_time_starts_with_the_body_read(source: StaticState
     (criticalsvc_cache_decision_duration_seconds), of which some was CPU (criticalsvc_cache_decision_cpu_seconds)."""
     webhook = make_webhook(source)
     body = orjson.dumps(review_of("unrelated"))
-    pulled = 0
-
-    async def receive() -> dict[str, Any]:
-        nonlocal pulled
-        pulled += 1
-        if pulled == 2:
-            await asyncio.sleep(0.2)  # the rest of the body comes late
-        half = len(body) // 2
-        return {"type": "http.request", "body": body[:half] if pulled == 1 else body[half:], "more_body": pulled == 1}
-
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "https", "path": "/validate", "raw_path": b"/validate", "query_string": b"",
-             "root_path": "", "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1),
-             "server": ("127.0.0.1", 443)}
-    await asyncio.wait_for(webhook.webhook_app()(scope, receive, send), 5)
-    assert orjson.loads(sent[-1]["body"])["response"]["allowed"] is True
+    half = len(body) // 2
+    status, answer, _ = await call_asgi(webhook.webhook_app(), [(b"content-type", b"application/json")],
+                                        [body[:half], body[half:]], gap=0.2)  # the rest of the body comes late
+    assert status == 200 and orjson.loads(answer)["response"]["allowed"] is True
     metrics = webhook.metrics.exposition()[0].decode()
     assert metric_value(metrics, "criticalsvc_decision_duration_seconds_sum") >= 0.2
     cache = metric_value(metrics, "criticalsvc_cache_decision_duration_seconds_sum")
