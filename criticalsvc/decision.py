@@ -101,6 +101,8 @@ class Rule(enum.StrEnum):
     SCALE_TO_ZERO = "scale-to-zero"
     # An UPDATE a lock never holds (finalizer removal, status, bookkeeping): see criticalsvc/updates.py.
     UPDATE_EXEMPT = "update-exempt"
+    # Not a decision: the answer to the leader's routing probe (criticalsvc/webhookrouter.py).
+    ROUTING_PROBE = "routing-probe"
 
 
 @attrs.frozen
@@ -135,11 +137,12 @@ def deny(rule: Rule, message: str, *, code: int = 403, reason: str = "Forbidden"
     return Decision(False, rule, _cap(message), code, reason, **kw)
 
 
-def decide(request: AdmissionRequest, state: ClusterState, *, manages_routes: bool = False) -> Decision:
+def decide(request: AdmissionRequest, state: ClusterState, *, manages_routes: bool = True) -> Decision:
     """The gate's answer to one admission request. Pure: no I/O, no clock, no side effects.
 
-    `manages_routes`: the gate writes the routes of provider types itself (criticalsvc/routing.py), so a
-    CriticalService of an unrouted type gets no warning that nothing sends its DELETEs."""
+    `manages_routes`: the gate writes its providers' routes itself (criticalsvc/routing.py; `serve`'s default).
+    False (--no-manage-provider-webhooks): a CriticalService's CREATE warns that nothing sends its provider's
+    DELETEs, since the shipped configuration routes no provider."""
     try:
         if request.operation == "DELETE":
             return _decide_delete(request, state)
@@ -387,7 +390,7 @@ def _some(objects: Collection[KubeObject]) -> str:
 
 
 # --- CREATE / UPDATE of a CriticalService -----------------------------------------------------------
-def _decide_write(request: AdmissionRequest, state: ClusterState, manages_routes: bool = False) -> Decision:
+def _decide_write(request: AdmissionRequest, state: ClusterState, manages_routes: bool = True) -> Decision:
     if request.sub_resource:
         return allow(Rule.NOT_GATED)  # status writes are the gate's own
     try:
@@ -418,13 +421,13 @@ def _same_spec(a: CriticalService, b: CriticalService) -> bool:
         (b.provider, b.criteria, b.enforcement, b.replay_deletion, b.hold_updates, b.scale_to_zero)
 
 
-def _spec_warnings(cs: CriticalService, state: ClusterState, manages_routes: bool = False) -> list[str]:
+def _spec_warnings(cs: CriticalService, state: ClusterState, manages_routes: bool = True) -> list[str]:
     out: list[str] = []
     provider_type = state.resolve(cs.provider.group_resource)
     if provider_type is None:
         out.append(f"spec.provider: {cs.provider.group_resource} is not served (yet); nothing is protected "
                    "until it is")
-    elif provider_type not in GATED_DELETES and not manages_routes:
+    elif provider_type != CRITICAL_SERVICES and not manages_routes:
         out.append(f"spec.provider: {not_routed(cs, provider_type)}")
     if isinstance(cs.provider, ProviderSelector) and cs.provider.selector.is_empty and cs.provider.namespace is None:
         out.append(f"spec.provider: an empty selector without a namespace selects every {cs.provider.group_resource} "

@@ -132,8 +132,17 @@ class Metrics:
             "criticalsvc_deletion_replays_total", "Deletion intents the leader ended, by outcome: replayed, or "
             "the reason it was dropped (ObjectGone, TeardownAbandoned, Forbidden, ...).", ["outcome"], registry=r)
         self.provider_routes = Gauge(
-            "criticalsvc_provider_routes", "Routes (operation and resource) the gate's own webhook configuration "
-            "criticalsvc-providers holds, as last read or written by the leader.", registry=r)
+            "criticalsvc_provider_routes", "Routes (an operation on one object, or on the objects a selector "
+            "picks) the gate's own webhook configuration criticalsvc-providers holds, as last written by the leader.",
+            registry=r)
+        self.routing_probes = Counter(
+            "criticalsvc_routing_probes_total", "Routing probes sent by the leader (a dry-run CREATE only the probe "
+            "webhook of criticalsvc-providers matches), by outcome: live (the API server routes the configuration "
+            "just written), pending (not yet), other (an older configuration), failed.", ["outcome"], registry=r)
+        self.broad_routes = Gauge(
+            "criticalsvc_broad_routes", "Routes of criticalsvc-providers sent more broadly than they need (a "
+            "provider selector without a namespace, or a condition too large to write): each makes the API server "
+            "send the gate requests that concern nothing protected.", registry=r)
         self.webhook_route_syncs = Counter(
             "criticalsvc_webhook_route_syncs_total", "Syncs of the webhook configuration criticalsvc-providers by "
             "the leader, by outcome (unchanged, created, updated, conflict, failed).", ["outcome"], registry=r)

@@ -1,68 +1,112 @@
-"""Which requests the API server must send to the gate, beyond what the shipped configuration routes.
+"""Which requests the API server sends to the gate: only those that may concern something protected.
 
-The shipped ValidatingWebhookConfiguration `criticalsvc` (deploy/base/webhook.yaml) sends the gate the
-DELETEs of namespaces, apps workloads, CRDs and CriticalServices: a fixed list, because a user's GitOps
-tool owns that object. A CriticalService may name a provider of any type (a ConfigMap, a PVC, a custom
-resource), and may ask for UPDATEs of it to be held (`spec.holdUpdates: WhileBlocking`) or for scaling
-it to zero to be refused (`spec.scaleToZero: DenyWhileBlocking`). Those requests reach the gate only
-through a second configuration the gate writes itself, `criticalsvc-providers`:
+The shipped ValidatingWebhookConfiguration `criticalsvc` (deploy/base/webhook.yaml) is the user's object
+and routes only what is the gate's whatever the CriticalServices say: CREATE/UPDATE/DELETE of
+CriticalServices, the DELETE of the CriticalService CRD, and the DELETE of any object labelled
+`criticalsvc.io/deletion-protected: Always`. Everything a CriticalService adds is routed by a second
+configuration the gate writes itself, `criticalsvc-providers`, rendered here from the CriticalServices and
+the REST mapper, with the API server's own filters (rules, objectSelector, namespaceSelector and
+matchConditions, evaluated inside kube-apiserver at no call):
 
-    webhook providers.gate.criticalsvc.io   DELETE of each provider type the shipped one does not route;
-                                            objectSelector deletion-protected NotIn [Always], as the shipped
-                                            kind-specific webhooks: a labelled object is reviewed by the
-                                            labelled-objects webhook alone
-    webhook updates.gate.criticalsvc.io     UPDATE of the provider types whose CriticalServices hold
-                                            updates or deny scaling to zero, and UPDATE of `<plural>/scale`
-                                            for the latter (`kubectl scale` goes through the subresource)
+    webhook namespaces.gate.criticalsvc.io      DELETE of the namespaces that hold a provider, by name
+    webhook provider-crds.gate.criticalsvc.io   DELETE of the CRDs whose instances are providers, by name
+    webhook providers.gate.criticalsvc.io       DELETE of each provider: by namespace/name, or by its
+                                                selector on the stored object's labels
+    webhook updates.gate.criticalsvc.io         UPDATE of the providers whose updates are held, and of their
+                                                `scale` subresource when scaling to 0 is refused
+    webhook probe.gate.criticalsvc.io           a dry-run CREATE only the gate sends: it tells the gate that
+                                                the API server routes this very configuration (see below)
 
-Every rule names one group, one version and one resource, never `*`: the gate is asked about nothing
-it does not decide. clientConfig (service or url, and caBundle), namespaceSelector and failurePolicy are
-copied from the shipped configuration's webhooks, so a renewed certificate (or cert-manager's CA
-injection) and an outside-the-cluster URL carry over on the next sync. The object is owned by the
-shipped configuration (a cluster-scoped owner for a cluster-scoped dependent): deleting `criticalsvc`,
-the documented way out of an outage and the uninstall step, lets the garbage collector delete this one
-too (https://kubernetes.io/docs/concepts/architecture/garbage-collection/#owners-dependents).
+A request none of them matches never reaches the gate: it pays no round trip, and an outage of every
+replica does not refuse it (design/routing.md has the figures).
 
-No provider needs a route: the configuration is written with `webhooks: []` rather than deleted. It is
-created only once some route is needed; after that it stays, empty, so a CriticalService that comes and
-goes costs one update each way and never a create/delete pair, and the gate needs no `delete` grant.
+Each DELETE webhook's rules name the provider types; its one matchCondition is a disjunction, per type,
+of a membership test on `namespace/name` and of the label selectors, evaluated on `oldObject` (a
+DELETE's `object` is null; a deletecollection's item has `request.name` "" and its name in oldObject).
+The API server evaluates them on the stored object, so a label that makes an object a selected provider
+protects it from the moment it is written, before the gate has seen it. Semantics this relies on, read at
+the pinned Kubernetes (k8s.io/apiserver v0.37.2):
 
-Pure: `desired_routes` and `render` compute, `routes_of` reads a stored object back, and
-`same_configuration` compares what a writer would write with what is stored, ignoring server-set fields.
+* all of a webhook's matchConditions must be true; a false one skips the webhook; an evaluation error
+  with no false condition rejects the request under failurePolicy Fail, without calling the webhook
+  (pkg/admission/plugin/webhook/matchconditions/matcher.go), so every expression here guards each field
+  it reads (`has()`, `!= null`) and cannot error on any object;
+* at most 64 conditions per webhook, each compiled at write time (the write is refused if it does not
+  compile: the router reports RoutingFailed); an expression's source is at most 100,000 code points
+  (cel-go's parser default, parser/parser.go), its runtime cost at most 1,000,000 and a webhook's
+  conditions together 2,500,000 (pkg/apis/cel/config.go);
+* `request.resource` is the resource the rule matched (the equivalent one under matchPolicy Equivalent:
+  pkg/admission/plugin/cel/condition.go, CreateAdmissionRequest), so a clause keyed on it is the type;
+* the objectSelector of an UPDATE matches on `object` or `oldObject`; a Scale carries no labels
+  (scaleFromDeployment), so a selected provider's `scale` updates are routed by namespace and by the
+  replicas they ask for, never by labels.
+
+A set that does not fit (an expression past MAX_EXPRESSION_CHARS) is routed more broadly, never less: its
+webhook loses its matchCondition (every request of its types is sent), and `Routing.broad` says why;
+so does a provider selector without a namespace over a namespaced type, whose members may appear in any
+namespace at any moment: every namespace DELETE is routed then.
+
+No window. A CriticalService is Enforcing only once the API server is known to route what it needs: the
+configuration carries a probe webhook whose URL path holds the digest of all the other webhooks; the
+router sends a dry-run CREATE that only the probe webhook matches, and the gate answers it with a denial
+naming the digest it was called on. The digest coming back means the API server that answered holds
+exactly that configuration (an informer holds each object whole), so every route in it is live.
+
+The object is owned by the shipped configuration (a cluster-scoped owner for a cluster-scoped dependent):
+deleting `criticalsvc`, the documented way out of an outage and the uninstall step, lets the garbage
+collector delete this one too (https://kubernetes.io/docs/concepts/architecture/garbage-collection/#owners-dependents).
+It is created once some route is needed, then kept (with no webhook but the probe when nothing needs one).
+
+Pure: `needed_routes`, `desired` and `render` compute, `covers` is the same routing as a Python predicate
+(the simulator's, and the oracle the rendered CEL is tested against), `same_configuration` compares.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from .api import (
-    CRITICAL_SERVICES,
+    CRDS,
     DELETION_PROTECTED_ALWAYS,
     DELETION_PROTECTED_LABEL,
-    GATED_DELETES,
+    NAMESPACES,
     CriticalService,
     GroupResource,
     HoldUpdates,
+    ObjectRef,
     ScaleToZero,
 )
+from .labels import LabelSelector, Requirement
 from .restmapper import ResourceType
 
 SHIPPED_CONFIGURATION = "criticalsvc"
 PROVIDERS_CONFIGURATION = "criticalsvc-providers"
+NAMESPACES_WEBHOOK = "namespaces.gate.criticalsvc.io"
+CRDS_WEBHOOK = "provider-crds.gate.criticalsvc.io"
 DELETE_WEBHOOK = "providers.gate.criticalsvc.io"
 UPDATE_WEBHOOK = "updates.gate.criticalsvc.io"
+PROBE_WEBHOOK = "probe.gate.criticalsvc.io"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "criticalsvc"
 ADMISSION_API_VERSION = "admissionregistration.k8s.io/v1"
 KIND = "ValidatingWebhookConfiguration"
-# The shipped webhook whose settings the owned ones copy: a kind-specific DELETE webhook, with the
-# namespaceSelector and the objectSelector a provider's DELETE needs (deploy/base/webhook.yaml (2)).
-TEMPLATE_WEBHOOK = "workloads.gate.criticalsvc.io"
+# The shipped webhook whose clientConfig, namespaceSelector and failurePolicy the owned ones copy: a DELETE
+# webhook of namespaced objects (deploy/base/webhook.yaml (3)), present in every shipped configuration.
+TEMPLATE_WEBHOOK = "labelled.gate.criticalsvc.io"
 SCALE = "scale"
+# The probe: a dry-run CREATE of this ConfigMap in the gate's namespace (its Role may create ConfigMaps
+# there, for replay's intents); only the probe webhook matches it, and nothing is ever stored.
+PROBE_CONFIGMAP = "criticalsvc-routing-probe"
+PROBE_PATH = "/probe/"
+PROBE_MESSAGE = "criticalsvc routing probe: the API server routes configuration"
+# cel-go refuses an expression past 100,000 code points; a margin for the guards around the lists.
+MAX_EXPRESSION_CHARS = 90_000
 
 # The API server never sends admission requests for these (IsExemptAdmissionConfigurationResource,
 # https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/rules/rules.go):
@@ -72,80 +116,186 @@ EXEMPT = frozenset(GroupResource("admissionregistration.k8s.io", r) for r in (
     "validatingadmissionpolicybindings", "mutatingadmissionpolicies", "mutatingadmissionpolicybindings"))
 
 
-@attrs.frozen(order=True)
+@attrs.frozen
 class Route:
-    """One (operation, group/resource[/subresource]) the API server sends to the gate."""
+    """Some requests the API server must send the gate: `operation` on `group_resource` (`deployments/scale`
+    for the subresource), narrowed to objects in `namespace` (None: any, or cluster-scoped), to the one
+    object `name`, to the objects `selector` selects, or (`to_zero`, a `scale` update only) to the updates
+    that ask for 0 replicas, or (`replicas_change`) to those that change the replicas. With none of these,
+    every such request is routed."""
 
     operation: str
-    group_resource: GroupResource  # resource "deployments/scale" for a subresource
+    group_resource: GroupResource
+    namespace: str | None = None
+    name: str | None = None
+    selector: LabelSelector | None = None
+    to_zero: bool = False
+    replicas_change: bool = False
+
+    @property
+    def broad(self) -> bool:
+        return self.name is None and self.selector is None and not self.to_zero and not self.replicas_change
+
+    def sort_key(self) -> tuple[str, ...]:
+        return (self.operation, self.group_resource.group, self.group_resource.resource, self.namespace or "",
+                self.name or "", str(self.selector or ""), str(self.to_zero), str(self.replicas_change))
 
     def __str__(self) -> str:
         # kubectl's spelling with the subresource last: `UPDATE deployments.apps/scale`.
         resource, _, sub = self.group_resource.resource.partition("/")
-        return f"{self.operation} {GroupResource(self.group_resource.group, resource)}{'/' + sub if sub else ''}"
+        what = f"{self.operation} {GroupResource(self.group_resource.group, resource)}{'/' + sub if sub else ''}"
+        where = f"{self.namespace}/" if self.namespace else ""
+        if self.name is not None:
+            return f"{what} {where}{self.name}"
+        if self.selector is not None:
+            return f"{what} {where}({self.selector or 'everything'})"
+        if self.to_zero:
+            return f"{what} {where}(to 0 replicas)"
+        if self.replicas_change:
+            return f"{what} {where}(changing replicas)"
+        return f"{what} {where or 'everything'}".rstrip("/")
 
 
-# Operations and resources the shipped configuration already sends (deploy/base/webhook.yaml; the
-# CriticalServices webhook (3) reviews their CREATE/UPDATE too). tests/test_routing.py checks the file.
-STATIC_ROUTES: frozenset[Route] = frozenset({Route("DELETE", gr) for gr in GATED_DELETES}
-                                            | {Route("UPDATE", CRITICAL_SERVICES), Route("CREATE", CRITICAL_SERVICES)})
+@attrs.frozen
+class Call:
+    """What the API server matches a webhook on, for one request (the Python side of the CEL below).
+
+    `name` is the object's (a deletecollection item's comes from oldObject), "" when nothing tells;
+    `labels` are those of `object` and `oldObject` that exist; `replicas` and `old_replicas` are what a
+    `scale` update asks for and what it had (None when unreadable; absent is 0, the field is omitempty)."""
+
+    operation: str
+    group_resource: GroupResource  # with "/<subresource>" for a subresource
+    namespace: str
+    name: str
+    labels: tuple[Mapping[str, str], ...] = ()
+    replicas: int | None = None
+    old_replicas: int | None = None
 
 
-@attrs.frozen(order=True)
-class RouteRule:
-    """A Route with what a webhook rule also needs: the served version and the scope."""
-
-    route: Route
-    version: str
-    namespaced: bool
-
-    def render(self) -> dict[str, Any]:
-        return {"apiGroups": [self.route.group_resource.group], "apiVersions": [self.version],
-                "operations": [self.route.operation], "resources": [self.route.group_resource.resource],
-                "scope": "Namespaced" if self.namespaced else "Cluster"}
+def call_of(*, operation: str, group_resource: GroupResource, namespace: str, name: str,
+            obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None) -> Call:
+    """A Call from the pieces of an admission request (`name` as `request.name`, possibly "")."""
+    if not name and isinstance(old, Mapping):
+        name = str(_metadata(old).get("name") or "")
+    labels = tuple(_labels(o) for o in (obj, old) if isinstance(o, Mapping))
+    if group_resource.resource.endswith(f"/{SCALE}"):
+        return Call(operation, group_resource, namespace, name, labels, _scale_replicas(obj), _scale_replicas(old))
+    return Call(operation, group_resource, namespace, name, labels)
 
 
-def needed_routes(cs: CriticalService, provider_type: GroupResource) -> frozenset[Route]:
-    """Every route `cs` needs to be enforced as specified, static ones included."""
-    routes = {Route("DELETE", provider_type)}
+def _scale_replicas(scale: Mapping[str, Any] | None) -> int | None:
+    """A Scale's spec.replicas: 0 when absent (omitempty), None when there is no Scale or it is not a number."""
+    if not isinstance(scale, Mapping):
+        return None
+    spec = scale.get("spec")
+    value = spec.get("replicas", 0) if isinstance(spec, Mapping) else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def covers(route: Route, call: Call) -> bool:
+    """Whether `route` sends `call` to the gate (what the rendered webhook does, as a Python predicate)."""
+    if call.operation != route.operation or call.group_resource != route.group_resource:
+        return False
+    if not call.name:
+        return True  # nothing identifies the object: the gate decides (and refuses what it cannot identify)
+    if route.namespace is not None and call.namespace != route.namespace:
+        return False
+    if route.name is not None:
+        return call.name == route.name
+    if route.selector is not None:
+        return any(route.selector.matches(labels) for labels in call.labels or ({},))
+    if route.to_zero or route.replicas_change:
+        zero = route.to_zero and (call.replicas is None or call.replicas == 0)
+        change = route.replicas_change and (call.replicas is None or call.replicas != call.old_replicas)
+        return zero or change
+    return True
+
+
+def needed_routes(cs: CriticalService, provider_type: ResourceType) -> frozenset[Route]:
+    """Every route `cs` needs, beyond the shipped configuration's, for its provider of type `provider_type`."""
+    gr = provider_type.group_resource
+    if gr in EXEMPT:
+        return frozenset()
+    provider = cs.provider
+    namespace = provider.namespace or None
+    if isinstance(provider, ObjectRef):
+        narrow: dict[str, Any] = {"namespace": namespace if provider_type.namespaced else None, "name": provider.name}
+    else:
+        narrow = {"namespace": namespace if provider_type.namespaced else None, "selector": provider.selector}
+    routes = {Route("DELETE", gr, **narrow)}
+    if provider_type.namespaced:
+        # Deleting the namespace would take the provider down; a selector without a namespace may gain a
+        # member in any namespace at any moment, so every namespace DELETE must reach the gate.
+        routes.add(Route("DELETE", NAMESPACES, name=namespace) if namespace else Route("DELETE", NAMESPACES))
+    if "." in gr.group:
+        # A CRD's name is <plural>.<group>, and a CRD's group has a dot (the API server enforces both): CRD
+        # cleanup deletes the instances without admission, so the CRD's DELETE is the provider's.
+        routes.add(Route("DELETE", CRDS, name=f"{gr.resource}.{gr.group}"))
     if cs.hold_updates == HoldUpdates.WHILE_BLOCKING or cs.scale_to_zero == ScaleToZero.DENY_WHILE_BLOCKING:
-        routes.add(Route("UPDATE", provider_type))
-    if cs.scale_to_zero == ScaleToZero.DENY_WHILE_BLOCKING:
-        routes.add(Route("UPDATE", GroupResource(provider_type.group, f"{provider_type.resource}/{SCALE}")))
-    return frozenset(r for r in routes if r.group_resource not in EXEMPT)
+        routes.add(Route("UPDATE", gr, **narrow))
+    # `kubectl scale` updates the `scale` subresource: held updates hold a change of replicas there too, and
+    # scaleToZero refuses 0 there (decision._decide_update).
+    hold, to_zero = cs.hold_updates == HoldUpdates.WHILE_BLOCKING, cs.scale_to_zero == ScaleToZero.DENY_WHILE_BLOCKING
+    if hold or to_zero:
+        scale = GroupResource(gr.group, f"{gr.resource}/{SCALE}")
+        if isinstance(provider, ObjectRef):
+            routes.add(Route("UPDATE", scale, **narrow))
+        else:  # a Scale carries no labels to select on: narrowed by what the update asks for instead
+            routes.add(Route("UPDATE", scale, namespace=narrow["namespace"], to_zero=to_zero, replicas_change=hold))
+    return frozenset(routes)
 
 
-def is_static(route: Route) -> bool:
-    return route in STATIC_ROUTES
+@attrs.frozen
+class Desired:
+    """What the CriticalServices need routed: per CriticalService (the cached value, spec and all) its
+    routes, and the served version and scope of every provider type (a webhook rule names both)."""
+
+    needs: Mapping[CriticalService, frozenset[Route]]
+    types: Mapping[GroupResource, ResourceType]
+
+    @property
+    def routes(self) -> frozenset[Route]:
+        return frozenset().union(*self.needs.values())
 
 
-def desired_routes(services: Iterable[CriticalService],
-                   lookup: Callable[[GroupResource], ResourceType | None]) -> frozenset[RouteRule]:
-    """The rules the owned configuration must hold: what the CriticalServices need and the shipped
-    configuration does not route. A provider whose type is not served gets none (no request for it can
-    come); it is routed once discovery or a CRD makes the type known and the mapper changes."""
-    rules: set[RouteRule] = set()
+def desired(services: Iterable[CriticalService],
+            lookup: Callable[[GroupResource], ResourceType | None]) -> Desired:
+    """The routes the owned configuration must hold. A provider whose type is not served gets none (no
+    request for it can come); it is routed once discovery or a CRD makes the type known."""
+    needs: dict[CriticalService, frozenset[Route]] = {}
+    types: dict[GroupResource, ResourceType] = {}
     for cs in services:
         t = lookup(cs.provider.group_resource)
         if t is None:
             continue
-        for route in needed_routes(cs, t.group_resource):
-            if not is_static(route):
-                rules.add(RouteRule(route, t.version, t.namespaced))
-    return frozenset(rules)
+        types[t.group_resource] = t
+        needs[cs] = needed_routes(cs, t)
+    return Desired(needs, types)
+
+
+# --- rendering ------------------------------------------------------------------------------------------
+@attrs.frozen
+class Rendered:
+    """The owned configuration as it will be written, its digest (what the probe reports), and the routes
+    sent more broadly than asked, each with why (`Routing.broad`)."""
+
+    configuration: dict[str, Any]
+    digest: str
+    broad: Mapping[Route, str]
 
 
 def template_webhook(shipped: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The shipped webhook whose clientConfig, namespaceSelector and failurePolicy the owned ones copy."""
     webhooks = [w for w in shipped.get("webhooks") or [] if isinstance(w, Mapping)]
-    named = [w for w in webhooks if w.get("name") == TEMPLATE_WEBHOOK]
+    named = [w for w in webhooks if w.get("name") == TEMPLATE_WEBHOOK and isinstance(w.get("clientConfig"), Mapping)]
     with_client = [w for w in webhooks if isinstance(w.get("clientConfig"), Mapping)]
     found = named or with_client
     return found[0] if found else None
 
 
-def render(rules: Iterable[RouteRule], shipped: Mapping[str, Any]) -> dict[str, Any]:
-    """The whole owned configuration for `rules`, its settings copied from the stored `shipped` one.
+def render(wanted: Desired, shipped: Mapping[str, Any], *, probe_namespace: str) -> Rendered:
+    """The whole owned configuration for `wanted`, its settings copied from the stored `shipped` one.
 
     Raises ValueError when `shipped` has no webhook to copy a clientConfig from, or no uid to own it by."""
     template = template_webhook(shipped)
@@ -154,18 +304,37 @@ def render(rules: Iterable[RouteRule], shipped: Mapping[str, Any]) -> dict[str, 
         raise ValueError(f"ValidatingWebhookConfiguration {metadata.get('name')} has no webhook to copy from")
     if not metadata.get("uid"):
         raise ValueError(f"ValidatingWebhookConfiguration {metadata.get('name')} has no uid (not a stored object)")
-    ordered = sorted(rules)
-    deletes = [r.render() for r in ordered if r.route.operation == "DELETE"]
-    updates = [r.render() for r in ordered if r.route.operation == "UPDATE"]
+    routes = sorted(wanted.routes, key=Route.sort_key)
+    broad: dict[Route, str] = {}
     webhooks: list[dict[str, Any]] = []
-    if deletes:
-        webhooks.append(_webhook(DELETE_WEBHOOK, deletes, template, object_selector={"matchExpressions": [
-            {"key": DELETION_PROTECTED_LABEL, "operator": "NotIn", "values": [DELETION_PROTECTED_ALWAYS]}]}))
-    if updates:
-        # No objectSelector: the labelled-objects webhook reviews DELETEs only, so an UPDATE of a labelled
-        # provider would otherwise reach no webhook.
-        webhooks.append(_webhook(UPDATE_WEBHOOK, updates, template, object_selector={}))
-    return {
+    not_labelled = {"matchExpressions": [
+        {"key": DELETION_PROTECTED_LABEL, "operator": "NotIn", "values": [DELETION_PROTECTED_ALWAYS]}]}
+    for name, operation, kinds, selector in (
+            (NAMESPACES_WEBHOOK, "DELETE", lambda gr: gr == NAMESPACES, not_labelled),
+            (CRDS_WEBHOOK, "DELETE", lambda gr: gr == CRDS, not_labelled),
+            # A labelled object goes to the labelled-objects webhook alone, as before this configuration.
+            (DELETE_WEBHOOK, "DELETE", lambda gr: gr not in (NAMESPACES, CRDS), not_labelled),
+            # No objectSelector: the labelled-objects webhook reviews DELETEs only.
+            (UPDATE_WEBHOOK, "UPDATE", lambda gr: True, {})):
+        mine = [r for r in routes if r.operation == operation and kinds(r.group_resource)]
+        if not mine:
+            continue
+        rules = _rules(mine, wanted.types)
+        condition, why = _condition(mine)
+        if condition is not None and len(condition) > MAX_EXPRESSION_CHARS:
+            why = (f"its matchCondition would be {len(condition):,} characters, past the {MAX_EXPRESSION_CHARS:,} "
+                   "the gate writes (the API server's CEL parser stops at 100,000): every request of these types "
+                   "is sent")
+            condition = None
+        for r in mine:
+            if why and (condition is None or r.broad):
+                broad[r] = why
+        webhooks.append(_webhook(name, rules, template, object_selector=selector,
+                                 conditions=[] if condition is None else [{"name": "protected", "expression":
+                                                                           condition}]))
+    digest = _digest(webhooks)
+    webhooks.append(_probe_webhook(template, digest, probe_namespace))
+    configuration = {
         "apiVersion": ADMISSION_API_VERSION, "kind": KIND,
         "metadata": {
             "name": PROVIDERS_CONFIGURATION,
@@ -176,11 +345,140 @@ def render(rules: Iterable[RouteRule], shipped: Mapping[str, Any]) -> dict[str, 
         },
         "webhooks": webhooks,
     }
+    return Rendered(configuration, digest, broad)
+
+
+def _rules(routes: list[Route], types: Mapping[GroupResource, ResourceType]) -> list[dict[str, Any]]:
+    """One rule per resource (and subresource), in its served version and scope."""
+    out: dict[GroupResource, dict[str, Any]] = {}
+    for r in routes:
+        base = GroupResource(r.group_resource.group, r.group_resource.resource.partition("/")[0])
+        t = types.get(base)
+        version, namespaced = (t.version, t.namespaced) if t is not None else ("v1", False)
+        out.setdefault(r.group_resource, {
+            "apiGroups": [base.group], "apiVersions": [version], "operations": [r.operation],
+            "resources": [r.group_resource.resource], "scope": "Namespaced" if namespaced else "Cluster"})
+    return [out[gr] for gr in sorted(out, key=lambda g: (g.group, g.resource))]
+
+
+# The request's fields that are `omitempty` (name, namespace, subResource) are absent, not "", when empty:
+# reading one then is an error ("no such key"), so each is read behind has()
+# (https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/cel/common/valuesschemalesstyped.go,
+# lookupField; https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/api/admission/v1/types.go).
+# The object's name: `request.name`, or for a deletecollection's item (no name) the stored object's.
+_NAME = ("(has(request.name) ? request.name : (oldObject == null || !has(oldObject.metadata.name) ? '' : "
+         "oldObject.metadata.name))")
+_NAMESPACE = "(has(request.namespace) ? request.namespace : '')"
+_SUBRESOURCE = "(has(request.subResource) ? request.subResource : '')"
+
+
+def _replicas(var: str) -> str:
+    """A Scale's spec.replicas, 0 when absent (autoscaling/v1 ScaleSpec.Replicas is omitempty)."""
+    return f"({var} == null || !has({var}.spec) || !has({var}.spec.replicas) ? 0 : {var}.spec.replicas)"
+
+
+def _labels_of(var: str) -> str:
+    # `== null`, not `!= null`: cel-python (the stand-in's evaluator) has no `!=` between a map and null.
+    return f"({var} == null || !has({var}.metadata.labels) ? {{}} : {var}.metadata.labels)"
+
+
+def _condition(routes: list[Route]) -> tuple[str | None, str]:
+    """One CEL expression true for every request some route covers; None (send everything) with the reason
+    when one of them is broad."""
+    broad = [r for r in routes if r.broad]
+    if broad:
+        first = broad[0]
+        if first.group_resource == NAMESPACES:
+            why = ("a provider selector without a namespace may gain a member in any namespace, so every "
+                   "namespace DELETE is sent")
+        else:
+            why = f"{first} is routed whole"
+        return None, why
+    clauses = [f"{_NAME} == ''"]  # nothing identifies the object: the gate decides
+    by_type: dict[GroupResource, list[Route]] = {}
+    for r in routes:
+        by_type.setdefault(r.group_resource, []).append(r)
+    for gr in sorted(by_type, key=lambda g: (g.group, g.resource)):
+        rs = by_type[gr]
+        resource, _, sub = gr.resource.partition("/")
+        head = [f"request.resource.group == {_cel_string(gr.group)}",
+                f"request.resource.resource == {_cel_string(resource)}"]
+        if rs[0].operation == "UPDATE":
+            head.append(f"{_SUBRESOURCE} == {_cel_string(sub)}")
+        which: list[str] = []
+        # A cluster-scoped object by its name alone (a Namespace's request.namespace is its own name), a
+        # namespaced one by namespace/name.
+        anywhere = sorted({r.name for r in rs if r.name is not None and r.namespace is None})
+        if anywhere:
+            which.append(f"{_NAME} in {_cel_list(anywhere)}")
+        named = sorted({f"{r.namespace}/{r.name}" for r in rs if r.name is not None and r.namespace is not None})
+        if named:
+            which.append(f"({_NAMESPACE} + '/' + {_NAME}) in {_cel_list(named)}")
+        selected = [r for r in rs if r.selector is not None]
+        if selected:
+            # The labels bound once (`exists` over a one-element list) and read by every selector; on
+            # UPDATE either object's labels, as an objectSelector matches either.
+            sources = ["oldObject"] if rs[0].operation == "DELETE" else ["object", "oldObject"]
+            each = " || ".join(_in_namespace(r.namespace, _selector_cel(r.selector or LabelSelector(), "l"))
+                               for r in sorted(selected, key=Route.sort_key))
+            which.append(f"[{', '.join(_labels_of(s) for s in sources)}].exists(l, {each})")
+        for r in sorted((r for r in rs if r.to_zero or r.replicas_change), key=Route.sort_key):
+            asked = []
+            if r.to_zero:
+                asked.append(f"{_replicas('object')} == 0")
+            if r.replicas_change:
+                asked.append(f"{_replicas('object')} != {_replicas('oldObject')}")
+            which.append(_in_namespace(r.namespace, " || ".join(asked)))
+        clauses.append(f"({' && '.join(head)} && ({' || '.join(which)}))")
+    return " || ".join(clauses), ""
+
+
+def _in_namespace(namespace: str | None, expression: str) -> str:
+    return f"({_NAMESPACE} == {_cel_string(namespace)} && ({expression}))" if namespace else f"({expression})"
+
+
+def _selector_cel(selector: LabelSelector, labels: str) -> str:
+    """A label selector as CEL over the map `labels`, with its own semantics (labels.Requirement.matches)."""
+    if selector.is_empty:
+        return "true"
+    return " && ".join(_requirement_cel(r, labels) for r in selector.requirements)
+
+
+def _requirement_cel(r: Requirement, labels: str) -> str:
+    key = _cel_string(r.key)
+    values = _cel_list(sorted(r.values))
+    match r.operator:
+        case "In":
+            return f"({key} in {labels} && {labels}[{key}] in {values})"
+        case "NotIn":
+            return f"(!({key} in {labels}) || !({labels}[{key}] in {values}))"
+        case "Exists":
+            return f"({key} in {labels})"
+        case "DoesNotExist":
+            return f"!({key} in {labels})"
+    raise ValueError(f"unknown label selector operator {r.operator!r}")
+
+
+def _cel_string(value: str) -> str:
+    """A CEL string literal (cel-spec langdef.md, "String and Bytes Values")."""
+    out = []
+    for ch in value:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "'" + "".join(out) + "'"
+
+
+def _cel_list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(_cel_string(v) for v in values) + "]"
 
 
 def _webhook(name: str, rules: list[dict[str, Any]], template: Mapping[str, Any], *,
-             object_selector: dict[str, Any]) -> dict[str, Any]:
-    return {
+             object_selector: dict[str, Any], conditions: list[dict[str, str]]) -> dict[str, Any]:
+    out = {
         "name": name,
         "rules": rules,
         "namespaceSelector": copy.deepcopy(template.get("namespaceSelector") or {}),
@@ -193,24 +491,61 @@ def _webhook(name: str, rules: list[dict[str, Any]], template: Mapping[str, Any]
         "admissionReviewVersions": ["v1"],
         "clientConfig": copy.deepcopy(dict(template["clientConfig"])),
     }
+    if conditions:
+        out["matchConditions"] = conditions
+    return out
 
 
-def routes_of(config: Mapping[str, Any] | None) -> frozenset[Route]:
-    """Every (operation, group/resource[/subresource]) a stored configuration's rules name.
+def _digest(webhooks: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(webhooks, sort_keys=True).encode()).hexdigest()[:16]
 
-    Wildcards are read literally (`*`), so a hand-edited rule with one does not count as routing a type."""
-    routes: set[Route] = set()
+
+def _probe_webhook(template: Mapping[str, Any], digest: str, namespace: str) -> dict[str, Any]:
+    """Matches only the router's dry-run CREATE of PROBE_CONFIGMAP in `namespace`; its path names `digest`."""
+    client = copy.deepcopy(dict(template["clientConfig"]))
+    if isinstance(client.get("service"), Mapping):
+        client["service"] = {**client["service"], "path": f"{PROBE_PATH}{digest}"}
+    elif isinstance(client.get("url"), str):
+        base = client["url"].split("://", 1)
+        scheme, rest = (base[0], base[1]) if len(base) == 2 else ("https", base[0])
+        client["url"] = f"{scheme}://{rest.split('/', 1)[0]}{PROBE_PATH}{digest}"
+    out = _webhook(PROBE_WEBHOOK, [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                    "resources": ["configmaps"], "scope": "Namespaced"}],
+                   {**template, "clientConfig": client}, object_selector={},
+                   conditions=[{"name": "probe", "expression": f"has(request.dryRun) && request.dryRun == true && "
+                                                               f"{_NAME} == {_cel_string(PROBE_CONFIGMAP)}"}])
+    out["namespaceSelector"] = {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]}]}
+    out["failurePolicy"] = "Ignore"  # a probe that fails is "not routed yet", never a refused user request
+    return out
+
+
+def probe_digest(config: Mapping[str, Any] | None) -> str | None:
+    """The digest a stored configuration's probe webhook names, None when it has none."""
     for webhook in (config or {}).get("webhooks") or []:
-        for rule in webhook.get("rules") or [] if isinstance(webhook, Mapping) else []:
-            if not isinstance(rule, Mapping):
-                continue
-            for operation in rule.get("operations") or []:
-                for group in rule.get("apiGroups") or []:
-                    for resource in rule.get("resources") or []:
-                        routes.add(Route(str(operation), GroupResource(str(group), str(resource))))
-    return frozenset(routes)
+        if isinstance(webhook, Mapping) and webhook.get("name") == PROBE_WEBHOOK:
+            client = webhook.get("clientConfig") or {}
+            path = (client.get("service") or {}).get("path") if isinstance(client.get("service"), Mapping) else \
+                str(client.get("url") or "")
+            if isinstance(path, str) and PROBE_PATH in path:
+                return path.rsplit(PROBE_PATH, 1)[1]
+    return None
 
 
+def probe_answer(digest: str) -> str:
+    """The denial the gate gives a probe called on `digest`, which the router reads back (digest_in)."""
+    return f"{PROBE_MESSAGE} {PROVIDERS_CONFIGURATION} at digest {digest}"
+
+
+def digest_in(message: str) -> str | None:
+    """The digest in a probe's denial as the API server relays it, None when it is not a probe's."""
+    marker = f"{PROBE_MESSAGE} {PROVIDERS_CONFIGURATION} at digest "
+    if marker not in message:
+        return None
+    return message.split(marker, 1)[1].split()[0].strip("\"'.") or None
+
+
+# --- comparing with what is stored ------------------------------------------------------------------------
 # admissionregistration/v1 defaults the API server fills in (SetDefaults_ValidatingWebhook, SetDefaults_Rule,
 # SetDefaults_ServiceReference:
 # https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/apis/admissionregistration/v1/defaults.go).
@@ -225,6 +560,8 @@ def _normal_webhook(webhook: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(client.get("service"), Mapping):
         client["service"] = {"port": 443, **client["service"]}
     out["clientConfig"] = client
+    if not out.get("matchConditions"):
+        out.pop("matchConditions", None)
     return out
 
 
@@ -259,28 +596,42 @@ def for_update(desired: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[st
     return body
 
 
+# --- what status needs ----------------------------------------------------------------------------------
 @attrs.frozen
-class RoutingFacts:
-    """What status needs to know about routing (criticalsvc/status.py).
+class Routing:
+    """What status needs to know about routing (criticalsvc/status.py), as the router last saw it.
 
     `managed`: the gate writes the owned configuration (serve --manage-provider-webhooks).
-    `routed`: what the owned configuration routes, as the router last read or wrote it (empty before).
-    `error`: why the router's last sync failed (an API error such as RBAC's Forbidden), or None."""
+    `needs`: each cached CriticalService's routes, as the router computed them (absent: not yet).
+    `written`: the routes of the configuration as last written or read; `live`: those the API server was
+    seen routing (the probe came back with the digest of a configuration holding them).
+    `broad`: routes sent more broadly than they need, and why. `error`: why the last sync failed, or None."""
 
     managed: bool = False
-    routed: frozenset[Route] = frozenset()
+    needs: Mapping[CriticalService, frozenset[Route]] = attrs.field(factory=dict)
+    written: frozenset[Route] = frozenset()
+    live: frozenset[Route] = frozenset()
+    broad: Mapping[Route, str] = attrs.field(factory=dict)
     error: str | None = None
 
-    def routes(self, route: Route) -> bool:
-        return is_static(route) or route in self.routed
+    def enforced(self, cs: CriticalService) -> bool:
+        needs = self.needs.get(cs)
+        return needs is not None and needs <= self.live
 
 
 def not_routed(cs: CriticalService, provider_type: GroupResource) -> str:
-    """Why a provider of an unrouted type is only half protected, and what to do about it.
+    """Why a provider is not protected when the gate does not write its routes, and what to do about it.
 
-    Short enough for an admission warning (256 characters): the routed types are in GATED_DELETES.
-    """
-    where = f"only deleting its namespace {cs.provider.namespace} is gated" if cs.provider.namespace else \
-        "nothing is gated"
-    return (f"the webhook configuration sends no DELETE of {provider_type} to the gate, so {where}; add "
-            f"{provider_type} to its workloads rule to gate {cs.provider} itself")
+    Short enough for an admission warning (256 characters)."""
+    return (f"the gate does not manage its routes (--no-manage-provider-webhooks), and the shipped configuration "
+            f"sends no DELETE of {provider_type}: add a webhook for {cs.provider} or let the gate route it")
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    md = obj.get("metadata")
+    return md if isinstance(md, Mapping) else {}
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    labels = _metadata(obj).get("labels")
+    return labels if isinstance(labels, Mapping) else {}

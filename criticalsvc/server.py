@@ -62,6 +62,7 @@ from .decision import WARNING_LIMIT, Decision, Rule, decide, deny
 from .errors import InvalidSpec, MalformedReview, StateUnavailable
 from .logs import get_logger
 from .metrics import REJECT_MALFORMED, REJECT_NOT_READY, REJECT_TOO_LARGE, Metrics
+from .routing import PROBE_PATH, probe_answer
 from .state import ClusterState, MemoryState
 
 # ALLOWs no CriticalService had a say in: the webhook's rules send it every Deployment (and
@@ -203,6 +204,9 @@ class _WebhookFront:
             send = _closing(send)
         if scope["path"] == "/validate" and scope["method"] == "POST":
             response = await self.webhook.review(scope["headers"], receive)
+            await response(scope, receive, send)
+        elif scope["path"].startswith(PROBE_PATH) and scope["method"] == "POST":
+            response = await self.webhook.probe(scope["path"][len(PROBE_PATH):], scope["headers"], receive)
             await response(scope, receive, send)
         else:
             await self.app(scope, receive, send)
@@ -352,6 +356,18 @@ class Webhook:
             if uid:
                 return _json(render_response(uid, _internal_error_decision(exc)))
             return self._reject(400, REJECT_MALFORMED, f"the request could not be processed ({type(exc).__name__})")
+
+    async def probe(self, digest: str, headers: Sequence[tuple[bytes, bytes]], receive: Any) -> Response:
+        """The routing probe (criticalsvc/webhookrouter.py): denied, naming the digest in the path it came on,
+        so the leader's dry-run CREATE learns which configuration the API server routes. Not a review: it
+        decides nothing and is counted apart (criticalsvc_routing_probes_total, on the leader)."""
+        rejected, review = await self._read_review(headers, receive)
+        if rejected is not None:
+            return rejected
+        uid = _uid_of(review)
+        if not uid or not digest.isalnum() or len(digest) > 64:
+            return self._reject(400, REJECT_MALFORMED, "a routing probe needs a request uid and a digest in its path")
+        return _json(render_response(uid, deny(Rule.ROUTING_PROBE, probe_answer(digest), code=403)))
 
     async def _read_review(self, headers: Sequence[tuple[bytes, bytes]], receive: Any) -> tuple[Response | None, Any]:
         length = content_type = None

@@ -10,7 +10,9 @@ writer that recomputes every few seconds does not churn it.
                                                 or scaleToZero, the UPDATEs) of the provider's type, and the
                                                 gate does not manage routes (serve
                                                 --no-manage-provider-webhooks): the message says what to add
-               False (RoutePending)             the gate manages routes but has not written this one yet
+               False (RoutePending)             the gate manages routes but has not written this one yet, or
+                                                has and the API server was not yet seen sending it (the
+                                                routing probe, criticalsvc/webhookrouter.py)
                False (RoutingFailed)            writing the route failed: the message names the API error
                False (InvalidCondition)         a criterion's stored condition does not compile (written while
                                                 the webhook was away): every object of that criterion counts,
@@ -28,6 +30,12 @@ writer that recomputes every few seconds does not churn it.
                                                 is the read's error. Held until a confirmation succeeds, or
                                                 for CONFIRM_FAILURE_SHOWN seconds
     (Ready is Unknown (CannotVerify) too when whether the provider's type is served cannot be told.)
+    RoutedNarrowly   (when the gate manages routes)
+               True  (Narrow)                   only requests about this provider reach the gate for it
+               False (Broad)                    some of them are routed more broadly (a selector without a
+                                                namespace routes every namespace DELETE; a condition past the
+                                                size the API server takes routes a type whole): the message
+                                                says which and why (criticalsvc/routing.py)
     ReplayPermitted   (spec.replayDeletion: WhenTearingDown only)
                True  (Permitted)                the gate may delete what it would replay
                False (Forbidden)                it may not: the message names the missing grant
@@ -50,7 +58,7 @@ from . import criteria
 from .api import CriticalService, Enforcement, GroupResource, ObjectRef, ProviderSelector, ReplayDeletion
 from .errors import UNVERIFIED, StateUnavailable
 from .objects import KubeObject
-from .routing import PROVIDERS_CONFIGURATION, Route, RoutingFacts, needed_routes, not_routed
+from .routing import PROVIDERS_CONFIGURATION, Route, Routing, not_routed
 from .state import ClusterState, provider_objects
 from .timestamps import format_rfc3339
 
@@ -82,14 +90,15 @@ def _condition(type_: str, status: bool | None, reason: str, message: str, *, no
 def compute_status(cs: CriticalService, state: ClusterState, *, now: float, generation: int = 1,
                    previous: Mapping[str, Any] | None = None, intents: Sequence[DeletionIntent] = (),
                    replay_forbidden: Sequence[GroupResource] | None = None,
-                   routing: RoutingFacts | None = None, refused_confirmation: str | None = None) -> dict[str, Any]:
+                   routing: Routing | None = None, refused_confirmation: str | None = None) -> dict[str, Any]:
     """The `.status` the gate would write for `cs` now; a part the state cannot answer is Unknown, never a guess.
 
     `replay_forbidden`: the types the gate may not delete for its replays ([] all permitted, None
     not checked yet); read only when the CriticalService asks for replay. `routing`: what the
-    provider-routes writer (criticalsvc/webhookrouter.py) last saw; None: routes are not managed, only
-    the shipped configuration's count. `refused_confirmation`: why the fresh read confirming the provider's
-    last DELETE failed, when it did (criticalsvc/live.py, LiveReader.refused)."""
+    provider-routes writer (criticalsvc/webhookrouter.py) last saw (routing.Routing(managed=False) when
+    the gate does not manage routes); None: routing is not judged (a status of the criteria alone).
+    `refused_confirmation`: why the fresh read confirming the provider's last DELETE failed, when it did
+    (criticalsvc/live.py, LiveReader.refused)."""
     stamp = format_rfc3339(now)
     prev_conditions = (previous or {}).get("conditions") or []
     # Each part is computed on its own, so a type the gate cannot read (403, not synced) leaves the others
@@ -132,8 +141,8 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         ready = _condition("Ready", False, "ProviderTypeNotServed",
                            f"{cs.provider.group_resource} is not served; nothing is protected until it is",
                            now=stamp, generation=generation, previous=prev_conditions)
-    elif missing := sorted(r for r in needed_routes(cs, provider_type) if not (routing or _UNMANAGED).routes(r)):
-        reason, message = _unrouted(cs, provider_type, missing, routing or _UNMANAGED)
+    elif routing is not None and not routing.enforced(cs):
+        reason, message = _unrouted(cs, provider_type, routing)
         ready = _condition("Ready", False, reason, message, now=stamp, generation=generation, previous=prev_conditions)
     else:
         # Enforced even while some type cannot be read: the webhook then refuses the provider's DELETE as
@@ -163,6 +172,8 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         blocking = _condition("Blocking", False, "CriteriaMet", "every criterion holds; the provider may go",
                               now=stamp, generation=generation, previous=prev_conditions)
     conditions = [ready, blocking]
+    if routing is not None and routing.managed and provider_type is not None:
+        conditions.append(_narrow_condition(cs, routing, now=stamp, generation=generation, previous=prev_conditions))
     if cs.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN:
         conditions.append(_replay_condition(replay_forbidden, now=stamp, generation=generation,
                                             previous=prev_conditions))
@@ -220,24 +231,33 @@ def _intent(intent: DeletionIntent) -> dict[str, Any]:
     return out
 
 
-_UNMANAGED = RoutingFacts()
-
-
-def _unrouted(cs: CriticalService, provider_type: GroupResource, missing: Sequence[Route],
-              routing: RoutingFacts) -> tuple[str, str]:
-    """Ready's reason and message when `missing` routes are not there yet."""
-    names = ", ".join(str(r) for r in missing)
+def _unrouted(cs: CriticalService, provider_type: GroupResource, routing: Routing) -> tuple[str, str]:
+    """Ready's reason and message while the API server is not known to route what `cs` needs."""
     if not routing.managed:
-        if [r.operation for r in missing] == ["DELETE"]:
-            return "ProviderNotRouted", not_routed(cs, provider_type)
-        return "ProviderNotRouted", (
-            f"no webhook sends the gate {names}, so {cs.provider} is not enforced as specified; add rules for "
-            f"them to a ValidatingWebhookConfiguration calling the gate, or run it with --manage-provider-webhooks")
+        return "ProviderNotRouted", not_routed(cs, provider_type)
+    needs = routing.needs.get(cs)
     if routing.error:
-        return "RoutingFailed", (f"the gate could not route {names} (ValidatingWebhookConfiguration "
+        return "RoutingFailed", (f"the gate could not route {cs.provider} (ValidatingWebhookConfiguration "
                                  f"{PROVIDERS_CONFIGURATION}): {routing.error}")
-    return "RoutePending", (f"the gate has not yet routed {names} (ValidatingWebhookConfiguration "
-                            f"{PROVIDERS_CONFIGURATION}); {cs.provider} is not enforced until it has")
+    if needs is not None and needs <= routing.written:
+        return "RoutePending", (f"the gate has routed {cs.provider} (ValidatingWebhookConfiguration "
+                                f"{PROVIDERS_CONFIGURATION}) and waits for the API server to send it there (a "
+                                "probe); not enforced until it does")
+    return "RoutePending", (f"the gate has not yet routed {cs.provider} (ValidatingWebhookConfiguration "
+                            f"{PROVIDERS_CONFIGURATION}); not enforced until it has")
+
+
+def _narrow_condition(cs: CriticalService, routing: Routing, **kw: Any) -> dict[str, Any]:
+    """RoutedNarrowly: whether what `cs` routes reaches the gate alone, or drags other requests along."""
+    broad = [(r, routing.broad[r]) for r in sorted(routing.needs.get(cs, ()), key=Route.sort_key)
+             if r in routing.broad]
+    if not broad:
+        return _condition("RoutedNarrowly", True, "Narrow", f"only requests about {cs.provider} reach the gate "
+                          "for it; nothing else waits on the gate in an outage", **kw)
+    route, why = broad[0]
+    more = f" (and {len(broad) - 1} more)" if len(broad) > 1 else ""
+    return _condition("RoutedNarrowly", False, "Broad",
+                      f"{route}{more}: {why}; in an outage of the gate those requests are refused too", **kw)
 
 
 def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:

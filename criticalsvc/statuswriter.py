@@ -28,9 +28,13 @@ from .api import GROUP, PLURAL, VERSION, ObjectRef
 from .decision import Decision
 from .errors import StateUnavailable
 from .events import EventRecorder
+from .routing import Routing
 from .server import StateSource
 from .state import ClusterState
 from .status import CONFIRM_FAILURE_SHOWN, compute_status, same_status
+
+# The gate does not write routes (serve --no-manage-provider-webhooks): status says what is not routed.
+UNMANAGED = Routing(managed=False)
 
 log = structlog.get_logger("criticalsvc.status")
 
@@ -128,7 +132,7 @@ class StatusWriter:
             # where skipping it left the last status written standing, "may go" included, while the webhook
             # refused the provider's DELETE as unverifiable.
             status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)),
-                                    routing=self.router.facts if self.router is not None else None,
+                                    routing=self.router.facts if self.router is not None else UNMANAGED,
                                     refused_confirmation=self._refused(cs, state), **self._replay_facts(cs, state))
             if (cs.name, cs.uid) in self._written and same_status(self._written[cs.name, cs.uid], status):
                 continue
@@ -153,7 +157,7 @@ class StatusWriter:
         changes = getattr(self.source, "changes", None)
         if not isinstance(changes, int):
             return None
-        routing = self.router.facts if self.router is not None else None
+        routing = self.router.facts if self.router is not None else UNMANAGED
         # The replayer's own summary when it has one; computing every CriticalService's replay facts for this
         # (on every pass, a pass after every denial in a teardown) was 5 % of a replica's CPU in the 50-stack
         # teardown (py-spy).

@@ -1,28 +1,36 @@
-"""Keeps the gate's own webhook configuration `criticalsvc-providers` current: the I/O around routing.py.
+"""Keeps the gate's own webhook configuration `criticalsvc-providers` current and live: the I/O around routing.py.
 
 Only the leader writes (the status writer's Lease: `run(lambda: writer.leading)`, as the replayer). Every
-POLL it computes the desired rules from the cached CriticalServices and the REST mapper (no request:
-routing.desired_routes is a pure function of the cache), and syncs when they changed, when the last sync
-failed (after RETRY), and otherwise every RESYNC, because the shipped configuration's caBundle or
-clientConfig may have changed (a renewed certificate, cert-manager's CA injection).
+POLL it computes the desired routes from the cached CriticalServices and the REST mapper (no request:
+routing.desired is a pure function of the cache), and syncs when they changed, when the last sync failed
+(after RETRY), and otherwise every RESYNC, because the shipped configuration's caBundle or clientConfig may
+have changed (a renewed certificate, cert-manager's CA injection).
 
 A sync GETs the shipped configuration (`--webhook-configuration`, default criticalsvc) and the owned one,
-renders the owned one from the rules and the shipped one's settings, and writes only when they differ
+renders the owned one from the routes and the shipped one's settings, and writes only when they differ
 (routing.same_configuration): a POST when it does not exist yet (and some route is needed), else a PUT
 carrying the resourceVersion it read, so a concurrent writer makes it fail with 409 Conflict and the next
 round reads again. The shipped configuration is only read, never written: what the user applies stays
 exactly as applied (no drift for a GitOps tool).
 
-`facts` (routing.RoutingFacts) is what status shows: the routes the owned configuration holds as last read
-or written, and the last sync's error. A failure is logged, counted and reported once per distinct error
-as a Warning Event on the shipped configuration.
+Then it probes: a dry-run CREATE of routing.PROBE_CONFIGMAP in the gate's namespace, which only the
+configuration's probe webhook matches; the gate answers it with a denial naming the digest in the path it
+was called on (criticalsvc/server.py). The digest of the configuration just written coming back means the
+API server routes all of it: its routes become `live`, and the CriticalServices they cover Enforcing. Until
+then the probe is repeated (PROBE_BACKOFF, then every POLL): the API server's configuration informer is
+usually a few milliseconds behind the write. A 2xx answer means "not routed yet" (the dry-run CREATE
+passed without the gate); an error answer that is no probe's denial is reported like a failed sync.
+
+`facts` (routing.Routing) is what status shows. A failure is logged, counted and reported once per distinct
+error as a Warning Event on the shipped configuration; routes sent more broadly than needed are logged once
+per change and counted (criticalsvc_broad_routes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import attrs
@@ -38,85 +46,117 @@ from .server import StateSource
 
 log = get_logger("criticalsvc.routing")
 
-POLL = 1.0  # how often the leader recomputes the desired rules from the cache (no request)
-RESYNC = 10.0  # ... and reads both configurations even when the rules did not change
+POLL = 1.0  # how often the leader recomputes the desired routes from the cache (no request)
+RESYNC = 10.0  # ... and reads both configurations even when the routes did not change
 RETRY = 3.0  # ... after a failed sync
 REQUEST_TIMEOUT = 5.0
+# After a write, the probe is sent again after each of these (about 1.5 s in all), then at every POLL: the
+# API server's informer usually delivers the new configuration within milliseconds of the write.
+PROBE_BACKOFF = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+REMEMBERED = 8  # digests of configurations this leader rendered, with their routes (a probe may name an older one)
 
 
 class WebhookRouter:
     def __init__(self, transport: Sender, source: StateSource, mapper: RESTMapper, *,
-                 shipped: str = routing.SHIPPED_CONFIGURATION, metrics: Metrics | None = None,
+                 shipped: str = routing.SHIPPED_CONFIGURATION, namespace: str = "criticalsvc-system",
+                 metrics: Metrics | None = None,
                  post_event: Callable[[dict[str, Any]], None] = lambda event: None,
-                 on_change: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic) -> None:
+                 on_change: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.transport, self.source, self.mapper = transport, source, mapper
-        self.shipped = shipped
+        self.shipped, self.namespace = shipped, namespace
         self.metrics = metrics if metrics is not None else Metrics()
-        self.post_event, self.on_change, self.clock = post_event, on_change, clock
-        self.facts = routing.RoutingFacts(managed=True)
+        self.post_event, self.on_change, self.clock, self.sleep = post_event, on_change, clock, sleep
+        self.facts = routing.Routing(managed=True)
         self.syncs = 0
-        self._synced_rules: frozenset[routing.RouteRule] | None = None  # None: sync at the next round
+        self.probes = 0
+        self._synced: frozenset[routing.Route] | None = None  # None: sync at the next round
         self._next_sync = 0.0
         self._reported: str | None = None  # the error last reported as an Event
-        self._seen: frozenset[routing.Route] = frozenset()  # what the owned configuration held when last read
+        self._written: tuple[str, frozenset[routing.Route]] | None = None  # (digest, routes) stored now
+        self._rendered: dict[str, frozenset[routing.Route]] = {}  # digest -> routes, newest last
+        self._broad_logged: Mapping[routing.Route, str] = {}
+        self._stored_digest: str | None = None  # the probe digest of the owned configuration as last read
 
-    def desired(self) -> frozenset[routing.RouteRule]:
-        return routing.desired_routes(self.source.state.critical_services(), self.mapper.lookup)
+    def desired(self) -> routing.Desired:
+        return routing.desired(self.source.state.critical_services(), self.mapper.lookup)
 
     async def run(self, leading: Callable[[], bool]) -> None:
         while True:
             if leading() and self.source.ready:
                 try:
-                    rules = self.desired()
-                    if rules != self._synced_rules or self.clock() >= self._next_sync:
-                        await self.sync(rules)
+                    await self.round()
                 except StateUnavailable:
                     pass  # the cache is re-syncing; the next round computes again
                 except Exception:  # a round must never end the loop; the next one retries
                     log.exception("webhook route sync failed unexpectedly")
-                    self._synced_rules = None
+                    self._synced = None
             else:
-                self._synced_rules = None  # a new leader reads before trusting anything
-            await asyncio.sleep(POLL)
+                self._synced, self._written = None, None  # a new leader reads and probes before trusting anything
+                if self.facts.live or self.facts.needs:
+                    self._set_facts(routing.Routing(managed=True))
+            await self.sleep(POLL)
 
-    async def sync(self, rules: frozenset[routing.RouteRule]) -> str:
-        """Make the owned configuration route exactly `rules`; returns the outcome (a metric label)."""
+    async def round(self) -> None:
+        """One leader round: sync when due, probe while what is written is not seen live."""
+        wanted = self.desired()
+        if wanted.routes != self._synced or self.clock() >= self._next_sync:
+            await self.sync(wanted)
+        elif self._written is not None and not self._written[1] <= self.facts.live:
+            await self.probe()
+        if wanted.needs != self.facts.needs:
+            self._set_facts(attrs.evolve(self.facts, needs=dict(wanted.needs)))
+
+    async def sync(self, wanted: routing.Desired) -> str:
+        """Make the owned configuration route exactly `wanted`, then probe; returns the outcome (a metric label)."""
         self.syncs += 1
-        self._seen = frozenset()
+        self._stored_digest = None
         try:
-            outcome, stored = await self._write(rules)
+            outcome, rendered = await self._write(wanted)
         except APIError as exc:
             conflict = isinstance(exc, APIStatusError) and exc.code == 409
             outcome = "conflict" if conflict else "failed"
-            # The rules count as tried, so only the clock (or a change of rules) starts the next attempt: a
+            # The routes count as tried, so only the clock (or a change of routes) starts the next attempt: a
             # conflict at the next round, any other failure after RETRY rather than at every POLL.
-            self._synced_rules, self._next_sync = rules, self.clock() + (0.0 if conflict else RETRY)
+            self._synced, self._next_sync = wanted.routes, self.clock() + (0.0 if conflict else RETRY)
             self.metrics.webhook_route_syncs.labels(outcome).inc()
             if conflict:  # someone wrote in between: read again next round, no error to report
                 log.info("webhook configuration changed while syncing; retried next round",
                          configuration=routing.PROVIDERS_CONFIGURATION, error=exc.message)
                 return outcome
             log.warning("could not sync the provider routes", configuration=routing.PROVIDERS_CONFIGURATION,
-                        error=exc.message, routes=[str(r.route) for r in sorted(rules)])
-            # Routed is what this round could read of the owned configuration (nothing if it could not): status
-            # says Enforcing only for routes the API server is seen to hold.
-            self._set_facts(attrs.evolve(self.facts, routed=self._seen, error=exc.message))
-            self.metrics.provider_routes.set(len(self._seen))
-            self._report(exc.message)
+                        error=exc.message, routes=[str(r) for r in sorted(wanted.routes, key=routing.Route.sort_key)])
+            self._fail(exc.message, wanted)
             return outcome
-        self._synced_rules, self._next_sync = rules, self.clock() + RESYNC
+        self._synced, self._next_sync = wanted.routes, self.clock() + RESYNC
         self.metrics.webhook_route_syncs.labels(outcome).inc()
-        routed = routing.routes_of(stored)
-        self.metrics.provider_routes.set(len(routed))
+        self.metrics.provider_routes.set(len(wanted.routes))
+        if rendered is None:  # nothing needed and nothing stored: nothing to route, nothing to probe
+            self._written = None
+            self._set_facts(routing.Routing(managed=True, needs=dict(wanted.needs)))
+            return outcome
+        self._written = (rendered.digest, wanted.routes)
+        self._rendered.pop(rendered.digest, None)
+        self._rendered[rendered.digest] = wanted.routes
+        while len(self._rendered) > REMEMBERED:
+            self._rendered.pop(next(iter(self._rendered)))
         if outcome != "unchanged":
             log.info("provider routes written", configuration=routing.PROVIDERS_CONFIGURATION, outcome=outcome,
-                     routes=sorted(str(r) for r in routed))
+                     digest=rendered.digest, routes=len(wanted.routes))
+        self._note_broad(rendered.broad)
         self._reported = None
-        self._set_facts(routing.RoutingFacts(managed=True, routed=routed))
+        live = self.facts.live & wanted.routes  # narrowing is immediate; widening waits for the probe
+        self._set_facts(routing.Routing(managed=True, needs=dict(wanted.needs), written=wanted.routes, live=live,
+                                        broad=dict(rendered.broad)))
+        for delay in (0.0, *PROBE_BACKOFF):
+            if delay:
+                await self.sleep(delay)
+            if await self.probe():
+                break
         return outcome
 
-    async def _write(self, rules: frozenset[routing.RouteRule]) -> tuple[str, Mapping[str, Any] | None]:
+    async def _write(self, wanted: routing.Desired) -> tuple[str, routing.Rendered | None]:
         path = f"{CONFIGURATIONS}/{routing.PROVIDERS_CONFIGURATION}"
         try:
             stored: Mapping[str, Any] | None = await self.transport.get(path, timeout=REQUEST_TIMEOUT)
@@ -124,25 +164,84 @@ class WebhookRouter:
             if not exc.not_found:
                 raise
             stored = None
-        self._seen = routing.routes_of(stored)
+        # Someone else's edit (or a deletion) makes what was seen live unknown: it is probed again.
+        self._stored_digest = routing.probe_digest(stored)
+        if self._written is None or self._stored_digest != self._written[0]:
+            self._set_facts(attrs.evolve(self.facts, live=frozenset()))
         # Read second: when the shipped configuration is gone (deleted to end an outage, or at uninstall), the
         # owned one has gone with it, and status must say so rather than keep the routes last written.
         shipped = await self.transport.get(f"{CONFIGURATIONS}/{self.shipped}", timeout=REQUEST_TIMEOUT)
-        if stored is None and not rules:
+        if stored is None and not wanted.routes:
             return "unchanged", None  # created only once some route is needed (routing.py)
         try:
-            desired = routing.render(rules, shipped)
+            rendered = routing.render(wanted, shipped, probe_namespace=self.namespace)
         except ValueError as exc:
             raise APIError(str(exc)) from exc
-        if routing.same_configuration(stored, desired):
-            return "unchanged", stored
+        if routing.same_configuration(stored, rendered.configuration):
+            return "unchanged", rendered
         if stored is None:
-            written = await self.transport.send("POST", CONFIGURATIONS, desired, timeout=REQUEST_TIMEOUT)
-            return "created", written
-        written = await self.transport.send("PUT", path, routing.for_update(desired, stored), timeout=REQUEST_TIMEOUT)
-        return "updated", written
+            await self.transport.send("POST", CONFIGURATIONS, rendered.configuration, timeout=REQUEST_TIMEOUT)
+            return "created", rendered
+        await self.transport.send("PUT", path, routing.for_update(rendered.configuration, stored),
+                                  timeout=REQUEST_TIMEOUT)
+        return "updated", rendered
 
-    def _set_facts(self, facts: routing.RoutingFacts) -> None:
+    async def probe(self) -> bool:
+        """One probe; True once the API server routes what was last written."""
+        if self._written is None:
+            return False
+        self.probes += 1
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": routing.PROBE_CONFIGMAP, "namespace": self.namespace}}
+        try:
+            await self.transport.send("POST", f"/api/v1/namespaces/{self.namespace}/configmaps", body,
+                                      params=[("dryRun", "All")], timeout=REQUEST_TIMEOUT)
+        except APIStatusError as exc:
+            digest = routing.digest_in(exc.message)
+            if digest is None:
+                self.metrics.routing_probes.labels("failed").inc()
+                self._fail(f"the routing probe (a dry-run CREATE of ConfigMap {self.namespace}/"
+                           f"{routing.PROBE_CONFIGMAP}) failed: {exc.message}", None)
+                return False
+        except APIError as exc:
+            self.metrics.routing_probes.labels("failed").inc()
+            self._fail(f"the routing probe failed: {exc.message}", None)
+            return False
+        else:
+            self.metrics.routing_probes.labels("pending").inc()
+            return False  # passed without reaching the gate: the API server does not route it yet
+        seen = self._rendered.get(digest)
+        if seen is None:
+            self.metrics.routing_probes.labels("other").inc()
+            return False  # a configuration this leader did not render (another writer): wait for ours
+        self.metrics.routing_probes.labels("live").inc()
+        written = self._written[1]
+        live = seen & written
+        if live != self.facts.live or self.facts.error:
+            log.info("provider routes live", configuration=routing.PROVIDERS_CONFIGURATION, digest=digest,
+                     current=digest == self._written[0], routes=len(live))
+            self._set_facts(attrs.evolve(self.facts, live=live, error=None))
+        return digest == self._written[0]
+
+    def _fail(self, error: str, wanted: routing.Desired | None) -> None:
+        # Live is what the API server was last seen routing of what is now stored: a failed write changes
+        # nothing stored, so it stays; status says Enforcing only for routes seen live.
+        facts = attrs.evolve(self.facts, error=error)
+        if wanted is not None:
+            facts = attrs.evolve(facts, needs=dict(wanted.needs))
+        self._set_facts(facts)
+        self._report(error)
+
+    def _note_broad(self, broad: Mapping[routing.Route, str]) -> None:
+        self.metrics.broad_routes.set(len(broad))
+        if dict(broad) != dict(self._broad_logged):
+            self._broad_logged = dict(broad)
+            if broad:
+                log.warning("some routes are sent more broadly than they need",
+                            configuration=routing.PROVIDERS_CONFIGURATION,
+                            broad={str(r): why for r, why in list(broad.items())[:10]}, count=len(broad))
+
+    def _set_facts(self, facts: routing.Routing) -> None:
         if facts != self.facts:
             self.facts = facts
             self.on_change()  # the status writer shows it now, not at its next interval
@@ -154,5 +253,6 @@ class WebhookRouter:
         involved = {"apiVersion": routing.ADMISSION_API_VERSION, "kind": routing.KIND, "name": self.shipped}
         self.post_event(object_event(
             involved=involved, reason="ProviderRoutingFailed", warning=True, now=time.time(),
-            message=f"criticalsvc could not write ValidatingWebhookConfiguration {routing.PROVIDERS_CONFIGURATION}, "
-                    f"so DELETEs (and held UPDATEs) of some providers do not reach the gate: {error}"))
+            message=f"criticalsvc could not route its providers through ValidatingWebhookConfiguration "
+                    f"{routing.PROVIDERS_CONFIGURATION}, so the DELETEs (and held UPDATEs) of some providers may "
+                    f"not reach the gate: {error}"))

@@ -25,7 +25,7 @@ from criticalsvc.sim.cluster import Cluster
 from criticalsvc.sim.engine import Engine
 from criticalsvc.sim.store import Store, gate_hook
 from criticalsvc.sim.webhook_client import register_webhooks
-from criticalsvc.sim.webhooks import RegisteredWebhook, WebhookRule
+from criticalsvc.sim.webhooks import DEFAULT_RULES, ProviderRoutesRule, RegisteredWebhook, WebhookRule
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTECTED = DELETION_PROTECTED_LABEL
@@ -355,7 +355,7 @@ async def test_namespace_delete_then_finalize() -> None:
 async def test_gate_denial_is_a_forbidden_status_with_the_webhook_message() -> None:
     """A DELETE the gate denies is HTTP 403 with `admission webhook "gate.criticalsvc.io" denied the request`."""
     store = Store(clock=time.time)
-    store.webhooks.append(RegisteredWebhook(gate_hook(store)))
+    store.webhooks.append(RegisteredWebhook(gate_hook(store), rules=(*DEFAULT_RULES, ProviderRoutesRule(store.state))))
     cs = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "web"},
           "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "default", "name": "web"},
                    "criteria": [{"type": "SpecificResource", "specificResource": {
@@ -429,8 +429,10 @@ async def test_configured_webhook_skips_excluded_namespaces() -> None:
 
 
 def test_the_project_webhook_configuration_registers_and_matches() -> None:
-    """deploy/'s ValidatingWebhookConfiguration registers five webhooks that gate what the rules say; on
-    DELETE the objectSelectors are matched on oldObject, so each object goes to exactly one webhook."""
+    """deploy/'s ValidatingWebhookConfiguration registers three webhooks that gate what the rules say; on
+    DELETE the objectSelectors are matched on oldObject, so each object goes to exactly one webhook; the CRD
+    webhook's matchCondition lets only the CriticalService CRD through (a deletecollection item by oldObject's
+    name); nothing else - no namespace, no workload - reaches the gate."""
     import yaml
 
     config = yaml.safe_load((ROOT / "deploy/base/webhook.yaml").read_text())
@@ -447,27 +449,34 @@ def test_the_project_webhook_configuration_registers_and_matches() -> None:
                                  resolve_service=lambda ns, name, port, path: f"https://127.0.0.1:8443{path}")
     deploys, cs = GroupResource("apps", "deployments"), GroupResource("criticalsvc.io", "criticalservices")
     configmaps = GroupResource("", "configmaps")
+    crds = GroupResource("apiextensions.k8s.io", "customresourcedefinitions")
     clusterroles = GroupResource("rbac.authorization.k8s.io", "clusterroles")
     plain, locked = {"metadata": {"name": "x"}}, {"metadata": {"name": "x", "labels": {PROTECTED: "Always"}}}
 
-    def called(operation: str, gr: GroupResource, ns: str, old: Any = plain, obj: Any = None) -> list[str]:
-        return [w.name for w in store.webhooks if w.matches(operation, gr, ns, obj, old)]
+    def called(operation: str, gr: GroupResource, ns: str, old: Any = plain, obj: Any = None,
+               name: str = "x") -> list[str]:
+        request = {"operation": operation, "name": name, "namespace": ns, "object": obj, "oldObject": old,
+                   "resource": {"group": gr.group, "version": "v1", "resource": gr.resource}, "dryRun": False}
+        return [w.name for w in store.webhooks if w.matches(operation, gr, ns, obj, old, name=name,
+                                                            request=lambda: request)]
 
-    assert [w.name for w in webhooks] == ["namespaces.gate.criticalsvc.io", "workloads.gate.criticalsvc.io",
-                                          "criticalservices.gate.criticalsvc.io", "crds.gate.criticalsvc.io",
+    assert [w.name for w in webhooks] == ["criticalservices.gate.criticalsvc.io", "crds.gate.criticalsvc.io",
                                           "labelled.gate.criticalsvc.io"]
-    assert made == [("https://127.0.0.1:8443/validate", 5)] * 5
-    assert called("DELETE", deploys, "team") == ["workloads.gate.criticalsvc.io"]
+    assert made == [("https://127.0.0.1:8443/validate", 5)] * 3
+    assert called("DELETE", deploys, "team") == []
     assert called("DELETE", deploys, "team", locked) == ["labelled.gate.criticalsvc.io"]
     assert called("DELETE", deploys, "kube-system") == called("DELETE", deploys, "kube-system", locked) == []
     assert called("UPDATE", deploys, "team", locked, locked) == []
-    assert called("DELETE", NAMESPACES, "criticalsvc-system") == []
+    assert called("DELETE", NAMESPACES, "team") == []
     assert called("DELETE", NAMESPACES, "criticalsvc-system", locked) == []
-    assert called("DELETE", NAMESPACES, "team") == ["namespaces.gate.criticalsvc.io"]
     assert called("DELETE", NAMESPACES, "team", locked) == ["labelled.gate.criticalsvc.io"]
     assert called("CREATE", cs, "", None, plain) == ["criticalservices.gate.criticalsvc.io"]
     assert called("CREATE", cs, "", None, locked) == ["criticalservices.gate.criticalsvc.io"]
     assert called("DELETE", cs, "", locked) == ["criticalservices.gate.criticalsvc.io", "labelled.gate.criticalsvc.io"]
+    crd = {"metadata": {"name": "criticalservices.criticalsvc.io"}}
+    assert called("DELETE", crds, "", crd, name="criticalservices.criticalsvc.io") == ["crds.gate.criticalsvc.io"]
+    assert called("DELETE", crds, "", crd, name="") == ["crds.gate.criticalsvc.io"]  # a deletecollection item
+    assert called("DELETE", crds, "", {"metadata": {"name": "widgets.example.com"}}, name="widgets.example.com") == []
     # Any other type: only when labelled, cluster-scoped ones included; never the webhook configurations.
     assert called("DELETE", configmaps, "team") == []
     assert called("DELETE", configmaps, "team", locked) == ["labelled.gate.criticalsvc.io"]

@@ -21,7 +21,7 @@ from criticalsvc.sim.apiserver.server import ServerThread
 from criticalsvc.sim.apiserver.standin import StandIn
 from criticalsvc.sim.kubeconfig import write_kubeconfig
 from criticalsvc.sim.store import Store, gate_hook
-from criticalsvc.sim.webhooks import RegisteredWebhook
+from criticalsvc.sim.webhooks import DEFAULT_RULES, ProviderRoutesRule, RegisteredWebhook
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None,
                                 reason="kubectl is not on PATH (Debian package kubernetes-client)")
@@ -56,7 +56,7 @@ class Kubectl:
 def kubectl(tmp_path: Path) -> Iterator[Kubectl]:
     """A fresh stand-in whose store calls the real gate on every gated request, and kubectl for it."""
     store = Store(clock=time.time)
-    store.webhooks.append(RegisteredWebhook(gate_hook(store)))
+    store.webhooks.append(RegisteredWebhook(gate_hook(store), rules=(*DEFAULT_RULES, ProviderRoutesRule(store.state))))
     standin = StandIn(store)
     with ServerThread(standin) as url:
         yield Kubectl(standin, url, tmp_path)

@@ -446,7 +446,7 @@ def test_the_official_client_lists_watches_patches_and_sees_denials(cluster: Bac
             apps.delete_namespaced_deployment("provider", ns)
         assert denied.value.status == 403
         assert json.loads(denied.value.body)["message"].startswith(
-            'admission webhook "workloads.gate.criticalsvc.io" denied the request: '
+            'admission webhook "providers.gate.criticalsvc.io" denied the request: '
             f"deployments.apps {ns}/provider may not be deleted yet")
         apps.delete_namespaced_deployment("user", ns)
         wait_for(lambda: cluster.admin.delete(provider).status_code in (200, 404), timeout=60, what="provider")

@@ -145,7 +145,7 @@ def test_deletecollection_admits_each_item_with_an_empty_name(cluster: Backend, 
         answer = cluster.admin.delete(_deployments(namespace))
         assert answer.status_code == 403, answer.text
         assert answer.json()["message"].startswith(
-            _denial("workloads", f"deployments.apps {namespace}/provider", service)), answer.text
+            _denial("providers", f"deployments.apps {namespace}/provider", service)), answer.text
         left = cluster.admin.get(provider)
         assert left is not None and "deletionTimestamp" not in left["metadata"]
         # The API server stops at the first refused item (one delete-collection worker by default), so
@@ -163,7 +163,7 @@ def test_kubectl_delete_all_deletes_the_unprotected_and_prints_the_denial(cluste
         assert done.returncode == 1
         assert done.stdout.splitlines() == [f'deployment.apps "{name}" deleted from {namespace} namespace'
                                             for name in ("user", "web")], done.stdout
-        assert ("Error from server (Forbidden): " + _denial("workloads", f"deployments.apps {namespace}/provider",
+        assert ("Error from server (Forbidden): " + _denial("providers", f"deployments.apps {namespace}/provider",
                                                            service)) in done.stderr
         assert cluster.admin.exists(provider)
         assert not cluster.admin.exists(f"{_deployments(namespace)}/web")
@@ -178,7 +178,7 @@ def test_a_server_dry_run_is_denied_like_the_real_delete_and_writes_no_event(clu
         dry = cluster.kubectl("delete", "deployment", "provider", "-n", namespace, "--dry-run=server")
         assert dry.returncode == 1
         assert dry.stderr.startswith("Error from server (Forbidden): " + _denial(
-            "workloads", f"deployments.apps {namespace}/provider", service)), dry.stderr
+            "providers", f"deployments.apps {namespace}/provider", service)), dry.stderr
         assert cluster.admin.delete(provider).status_code == 403  # one real denial
         wait_for(lambda: [e.get("count") for e in _events(cluster, service)] == [1], timeout=30,
                  what="one DeletionBlocked Event with count 1")

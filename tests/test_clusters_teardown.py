@@ -38,7 +38,7 @@ def test_kubectl_delete_f_prints_the_denials_and_repeated_runs_finish(cluster: B
         first = cluster.kubectl("delete", "-f", "-", "--wait=false", input=story.text)
         assert first.returncode == 1, first
         assert ('Error from server (Forbidden): error when deleting "STDIN": admission webhook '
-                f'"workloads.gate.criticalsvc.io" denied the request: deployments.apps {ns}/{deploy} '
+                f'"providers.gate.criticalsvc.io" denied the request: deployments.apps {ns}/{deploy} '
                 f"may not be deleted yet: CriticalService {story.critical_service} protects it until: "
                 f"coolresources.{story.group} objects still carry finalizer {story.finalizer} (3 objects; first: "
                 f"{story.cr_namespace}/alpha, {story.cr_namespace}/beta, {story.cr_namespace}/gamma); "

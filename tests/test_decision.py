@@ -628,12 +628,16 @@ def test_unserved_types_warn():
 
 
 def test_a_provider_of_an_unrouted_type_warns_with_the_rule_to_add():
-    """A Service as provider is allowed, with a warning that only its namespace is gated until a rule is added."""
-    d = write(MemoryState(), cs_obj("svc", ("", "services", "ns", "webhook"), resources("", "pods", "other")))
+    """A gate that does not manage its routes: a Service as provider is allowed, with a warning that nothing sends
+    its DELETEs and what to do (the shipped configuration routes no provider type itself)."""
+    obj = cs_obj("svc", ("", "services", "ns", "webhook"), resources("", "pods", "other"))
+    assert write(MemoryState(), obj).warnings == ()  # a default gate routes it itself
+    d = decide(parse_review(review("CREATE", CSVC, "svc", obj=obj)), MemoryState(), manages_routes=False)
     assert d.allowed and d.rule is Rule.VALID_SPEC
-    assert len(d.warnings) == 1 and d.warnings[0].startswith("spec.provider: the webhook configuration sends no "
-                                                              "DELETE of services to the gate")
-    assert "only deleting its namespace ns is gated" in d.warnings[0]
+    assert len(d.warnings) == 1 and d.warnings[0].startswith("spec.provider: the gate does not manage its routes "
+                                                              "(--no-manage-provider-webhooks), and the shipped "
+                                                              "configuration sends no DELETE of services")
+    assert "add a webhook for services ns/webhook" in d.warnings[0]
 
 
 def test_status_subresource_writes_are_not_gated():

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from criticalsvc import __version__, cli, install
-from criticalsvc.api import ROUTED_PROVIDERS, GroupResource
+from criticalsvc.api import GroupResource
 from criticalsvc.errors import MalformedManifest
 from criticalsvc.labels import parse_label_selector
 from criticalsvc.serving import parse_endpoint
@@ -476,13 +476,16 @@ def webhooks(objects: list[Obj]) -> list[Obj]:
     return result
 
 
-def test_the_workloads_rule_routes_exactly_the_provider_types_the_gate_calls_routed(base: list[Obj]) -> None:
-    """The shipped DELETE rule for workloads names the types api.ROUTED_PROVIDERS says are gated (status relies
-    on it)."""
-    (workloads,) = [w for w in webhooks(base) if w["name"].startswith("workloads.")]
-    routed = {GroupResource(g, r) for rule in workloads["rules"] if "DELETE" in rule["operations"]
-              for g in rule["apiGroups"] for r in rule["resources"]}
-    assert routed == ROUTED_PROVIDERS
+def test_the_shipped_configuration_routes_no_provider_namespace_or_workload(base: list[Obj]) -> None:
+    """Providers, their namespaces and their CRDs are routed by the gate's own criticalsvc-providers, narrowed to
+    those objects (design/routing.md); the shipped rules name only CriticalServices, CRDs (narrowed to the
+    CriticalService CRD by a matchCondition) and, for labelled objects, everything."""
+    named = {(g, r) for w in webhooks(base) if w["name"] != "labelled.gate.criticalsvc.io" for rule in w["rules"]
+             for g in rule["apiGroups"] for r in rule["resources"]}
+    assert named == {("criticalsvc.io", "criticalservices"), ("apiextensions.k8s.io", "customresourcedefinitions")}
+    (crds,) = [w for w in webhooks(base) if w["name"] == "crds.gate.criticalsvc.io"]
+    (condition,) = crds["matchConditions"]
+    assert "'criticalservices.criticalsvc.io'" in condition["expression"]
 
 
 def test_the_webhooks_never_gate_their_own_namespace_or_kube_system(base: list[Obj]) -> None:
@@ -564,7 +567,7 @@ def test_each_delete_is_reviewed_by_one_webhook_unless_it_also_reviews_writes(ba
 def test_webhook_names_are_unique_and_qualified(base: list[Obj]) -> None:
     """Webhook names are distinct fully qualified names under criticalsvc.io."""
     names = [w["name"] for w in webhooks(base)]
-    assert len(set(names)) == len(names) == 5
+    assert len(set(names)) == len(names) == 3
     assert all(n.endswith(".criticalsvc.io") and n.count(".") >= 2 for n in names)
 
 
@@ -578,7 +581,7 @@ def test_the_cert_manager_overlay_injects_the_ca_into_the_webhooks(overlay: list
     certificate = one(overlay, "Certificate", name)
     assert certificate["metadata"]["namespace"] == namespace
     assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])
-    assert len(config["webhooks"]) == 5
+    assert len(config["webhooks"]) == 3
 
 
 def test_the_cert_manager_certificate_fills_the_secret_the_pods_mount(overlay: list[Obj]) -> None:

@@ -54,6 +54,15 @@ def _apply(api: str, objects: list[tuple[ObjectRef, str, str, dict[str, Any]]]) 
                                                                     o[3]["kind"] != "CustomResourceDefinition")):
         r = httpx.post(f"{api}{collection}", json=obj, timeout=10)
         assert r.status_code == 201, r.text
+    # As a user does before relying on it (`kubectl wait --for=condition=Ready`): a CriticalService is enforced
+    # once the gate has routed its provider and seen the API server route it (design/routing.md).
+    for _ref, _collection, item, obj in objects:
+        if obj["kind"] == "CriticalService":
+            deadline = time.monotonic() + 60
+            while not any(c.get("type") == "Ready" and c.get("status") == "True" for c in
+                          (httpx.get(f"{api}{item}", timeout=10).json().get("status") or {}).get("conditions") or []):
+                assert time.monotonic() < deadline, f"{item} not Ready within 60 s"
+                time.sleep(0.1)
 
 
 def test_bulk_teardown_through_the_real_gate_completes_in_the_safe_order(embedded: Embedded) -> None:
@@ -131,7 +140,7 @@ def test_kubectl_delete_prints_the_gate_denial(embedded: Embedded, tmp_path: Pat
                          env=env, timeout=60)
     assert out.returncode == 1, out
     assert (f'Error from server (Forbidden): error when deleting "{STORY}": admission webhook '
-            '"workloads.gate.criticalsvc.io" denied the request: deployments.apps '
+            '"providers.gate.criticalsvc.io" denied the request: deployments.apps '
             "finalizer-namespace/finalizer-deployment may not be deleted yet") in out.stderr
     assert 'customresourcedefinition.apiextensions.k8s.io "coolresources.my.crd.group" deleted' in out.stdout
     # A server-side dry run is reviewed like a real delete: same denial, nothing changes.

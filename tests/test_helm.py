@@ -36,7 +36,7 @@ RELEASE = "criticalsvc"
 # Added by the chart to every templated object's metadata.labels (never to selectors).
 HELM_LABELS = ("app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by",
                "helm.sh/chart")
-WEBHOOK_COUNT = 5
+WEBHOOK_COUNT = 3
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
@@ -256,7 +256,7 @@ def test_resources_replace_the_containers_resources(helm: Path, tmp_path: Path) 
 
 @pytest.mark.parametrize("policy", ["Fail", "Ignore"])
 def test_failure_policy_is_set_on_every_webhook(helm: Path, tmp_path: Path, policy: str) -> None:
-    """failurePolicy applies to all five webhooks."""
+    """failurePolicy applies to all three webhooks."""
     chart = template(helm, tmp_path, "--set", f"failurePolicy={policy}")
     assert [w["failurePolicy"] for w in webhooks(chart)] == [policy] * WEBHOOK_COUNT
 
@@ -468,7 +468,7 @@ def test_helm_install_on_a_real_control_plane_keeps_certificates_and_refuses_a_p
                      what="the gate to refuse the provider's DELETE for its CRs' finalizer")
             response = admin.delete(story.deployment_path)
             assert response.status_code == 403
-            assert 'admission webhook "workloads.gate.criticalsvc.io" denied the request' in response.json()["message"]
+            assert 'admission webhook "providers.gate.criticalsvc.io" denied the request' in response.json()["message"]
             assert admin.exists(story.deployment_path)
         finally:
             admin.close()

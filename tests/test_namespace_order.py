@@ -9,8 +9,9 @@ in name order that stops at the first refusal, pods first, 5 ms·2ⁿ ≤ 60 s b
 namespaces: providers of several kinds (NetworkPolicy, ConfigMap, Service, Deployment) whose
 CriticalServices form a random DAG, pods that take a while to terminate (a finalizer the test's
 "kubelet" removes after a delay), and guarded ConfigMaps and Services picked by a label selector. The
-gate is asked about the DELETEs of every provider kind, as the gate-owned routing arranges on a live
-cluster (ROUTE_PROVIDERS). An oracle that reads only the store's events (never the gate's code) checks:
+gate is asked about what the gate-owned routing sends it on a live cluster (the providers', their
+namespace's and CRDs' DELETEs: ProviderRoutesRule). An oracle that reads only the store's events (never
+the gate's code) checks:
 
 * order: when a provider disappears, no object its criteria count (in the oracle's own reading of the
   spec and the raw objects) exists;
@@ -44,7 +45,7 @@ from criticalsvc.objects import KubeObject
 from criticalsvc.sim.cluster import Cluster
 from criticalsvc.sim.controllers.namespace import NamespaceController
 from criticalsvc.sim.store import StatusError, Store, WatchEvent
-from criticalsvc.sim.webhooks import DEFAULT_RULES, NOT_DELETION_PROTECTED_SELECTOR, RegisteredWebhook, WebhookRule
+from criticalsvc.sim.webhooks import DEFAULT_RULES, ProviderRoutesRule, RegisteredWebhook
 from criticalsvc.state import ClusterState, MemoryState
 
 NS = "app"
@@ -59,9 +60,6 @@ KINDS: dict[str, tuple[GroupResource, str, str]] = {
     "services": (GroupResource("", "services"), "v1", "Service"),
     "deployments": (GroupResource("apps", "deployments"), "apps/v1", "Deployment"),
 }
-# What the gate-owned routing adds on a live cluster: DELETEs of every provider kind reach the gate.
-ROUTE_PROVIDERS = WebhookRule(frozenset({"DELETE"}), frozenset(gr for gr, _v, _k in KINDS.values()),
-                              NOT_DELETION_PROTECTED_SELECTOR)
 
 
 # --- the generated namespace ---------------------------------------------------------------------------
@@ -260,7 +258,9 @@ def bound(scene: Scene) -> float:
 def run(scene: Scene, decide_fn: Decide = decide, *, limit: float | None = None) -> Outcome:
     cluster = Cluster(gate=False, seed=scene.seed, ordered_namespace_deletion=scene.ordered)
     store, engine = cluster.store, cluster.engine
-    store.webhooks.append(RegisteredWebhook(gate(store, decide_fn), rules=(*DEFAULT_RULES, ROUTE_PROVIDERS)))
+    # The gate-owned routing, as on a live cluster: the providers', their namespace's and CRDs' DELETEs.
+    store.webhooks.append(RegisteredWebhook(gate(store, decide_fn), rules=(*DEFAULT_RULES,
+                                                                           ProviderRoutesRule(store.state))))
     oracle = Oracle(store, scene)
     cluster.load([Manifest(o, f"scene: document {k}") for k, o in enumerate(scene.objects(), 1)])
     for pod in scene.pods:

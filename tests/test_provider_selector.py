@@ -37,6 +37,7 @@ from criticalsvc.labels import LabelSelector, Requirement, may_overlap
 from criticalsvc.live import LiveReader
 from criticalsvc.manifests import load_path
 from criticalsvc.objects import KubeObject
+from criticalsvc.routing import Routing
 from criticalsvc.sim.cluster import Cluster
 from criticalsvc.sim.store import Store
 from criticalsvc.sim.timeline import DELETED, GONE
@@ -240,10 +241,10 @@ def test_protecting_matches_labels_by_group_and_forgets_removed_services() -> No
 def test_status_counts_the_selected_objects_instead_of_a_provider_uid() -> None:
     example = build_state(load_path(str(EXAMPLE)))
     (cs,) = example.critical_services()
-    status = compute_status(cs, example, now=0.0)
+    status = compute_status(cs, example, now=0.0, routing=Routing(managed=False))
     assert status["providers"] == 2 and status["selector"] == "app=db" and "providerUID" not in status
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-    assert ready["reason"] == "ProviderNotRouted", "PVC DELETEs are not routed by the shipped webhook (yet)"
+    assert ready["reason"] == "ProviderNotRouted", "without the gate's routes nothing sends PVC DELETEs"
 
 
 def test_explain_names_the_service_that_selects_the_object() -> None:

@@ -75,7 +75,7 @@ def test_a_stopped_gate_fails_gated_deletes_with_failed_calling_webhook(cluster:
     printed = cluster.kubectl("delete", "deployment", "free", "-n", ns, "--wait=false")
     assert printed.returncode == 1
     assert printed.stderr.startswith('Error from server (InternalError): Internal error occurred: failed calling '
-                                     'webhook "workloads.gate.criticalsvc.io"'), printed.stderr
+                                     'webhook "providers.gate.criticalsvc.io"'), printed.stderr
     assert cluster.admin.delete(f"/api/v1/namespaces/{ns}/configmaps/cfg").status_code == 200  # not a gated type
 
     cluster.gate.restart()

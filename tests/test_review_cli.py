@@ -248,4 +248,5 @@ def test_review_answers_as_a_default_gate_which_routes_provider_types_itself(tmp
     code, out, _ = review_cli(capsys, "--state", STORY, "--no-manage-provider-webhooks",
                               _create_configmap_provider(tmp_path))
     (warning,) = json.loads(out)["response"]["warnings"]
-    assert warning.startswith("spec.provider: the webhook configuration sends no DELETE of configmaps to the gate")
+    assert warning.startswith("spec.provider: the gate does not manage its routes (--no-manage-provider-webhooks), "
+                              "and the shipped configuration sends no DELETE of configmaps")

@@ -1,51 +1,85 @@
-"""The gate's own webhook configuration for provider types (criticalsvc/routing.py), pure: the rules each
-CriticalService needs, the rendered object, reading it back, comparing it with what the API server stores;
-and what status and decisions make of the routing facts."""
+"""Routing (criticalsvc/routing.py), pure: only what may concern something protected reaches the gate.
+
+Three layers are checked against each other, each against an independent judge:
+
+* the decision (decision.decide) is the oracle: every request it would deny, or on which a CriticalService
+  had a say, must be routed - by the shipped configuration or by a route some CriticalService needs;
+* the Python predicate (routing.covers) is what the simulator routes with;
+* the rendered configuration is evaluated as the API server evaluates it - rules, objectSelector,
+  namespaceSelector and matchConditions, the CEL run by cel-python on the request as the API server
+  builds it - and must send the gate exactly what the predicate covers (more only where it says it is
+  broad), and never fail to evaluate (an error refuses the request under failurePolicy Fail).
+
+The negative controls: a routing that leaves one provider out is caught by the oracle, and an unguarded
+read of an omitempty request field is caught by the evaluator.
+"""
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
+import pytest
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies_core import LABEL_VALUES, NAMESPACES, OPERATORS, label_sets, pick
 
 from criticalsvc.admission import AdmissionRequest, parse_review, render_review
 from criticalsvc.api import (
+    CRD_NAME,
+    CRDS,
     CRITICAL_SERVICES,
+    DELETION_PROTECTED_ALWAYS,
+    DELETION_PROTECTED_LABEL,
     GroupResource,
     HoldUpdates,
     ScaleToZero,
     parse_critical_service,
 )
 from criticalsvc.decision import Rule, decide
+from criticalsvc.labels import parse_label_selector
+from criticalsvc.manifests import Manifest
 from criticalsvc.objects import KubeObject
 from criticalsvc.restmapper import ResourceType, RESTMapper
 from criticalsvc.routing import (
     DELETE_WEBHOOK,
+    MAX_EXPRESSION_CHARS,
+    NAMESPACES_WEBHOOK,
+    PROBE_CONFIGMAP,
+    PROBE_WEBHOOK,
     PROVIDERS_CONFIGURATION,
-    STATIC_ROUTES,
-    UPDATE_WEBHOOK,
+    Desired,
     Route,
-    RoutingFacts,
-    desired_routes,
+    Routing,
+    call_of,
+    covers,
+    desired,
+    digest_in,
     for_update,
+    probe_answer,
+    probe_digest,
     render,
-    routes_of,
     same_configuration,
 )
+from criticalsvc.sim import matchconditions
+from criticalsvc.sim.webhook_client import webhooks_from_configuration
 from criticalsvc.sim.webhooks import ProviderRoutesRule
+from criticalsvc.snapshot import build_state
 from criticalsvc.state import MemoryState
 from criticalsvc.status import compute_status
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGMAPS = GroupResource("", "configmaps")
 DEPLOYMENTS = GroupResource("apps", "deployments")
+NAMESPACES_GR = GroupResource("", "namespaces")
 WIDGETS = GroupResource("widgets.example.com", "widgets")
 WIDGET = ResourceType("widgets.example.com", "v1beta1", "Widget", "widgets", "widget", False)
+PROBE_NAMESPACE = "criticalsvc-system"
 
 
 def shipped() -> dict[str, Any]:
@@ -55,12 +89,17 @@ def shipped() -> dict[str, Any]:
     return config
 
 
-def service(name: str, gr: GroupResource, *, namespace: str = "app", hold: bool = False,
-            scale: bool = False) -> Any:
-    spec: dict[str, Any] = {
-        "provider": {"group": gr.group, "resource": gr.resource, "namespace": namespace, "name": "p"},
-        "criteria": [{"type": "SpecificResource", "specificResource": {"resource": "configmaps", "namespace": "x",
-                                                                       "name": "y"}}]}
+def service(name: str, gr: GroupResource, *, namespace: str = "app", hold: bool = False, scale: bool = False,
+            selector: dict[str, Any] | None = None) -> Any:
+    provider: dict[str, Any] = {"group": gr.group, "resource": gr.resource}
+    if namespace:
+        provider["namespace"] = namespace
+    if selector is None:
+        provider["name"] = "p"
+    else:
+        provider["selector"] = selector
+    spec: dict[str, Any] = {"provider": provider, "criteria": [
+        {"type": "SpecificResource", "specificResource": {"resource": "configmaps", "namespace": "x", "name": "y"}}]}
     if hold:
         spec["holdUpdates"] = HoldUpdates.WHILE_BLOCKING.value
     if scale:
@@ -74,50 +113,113 @@ def mapper() -> RESTMapper:
     return m
 
 
+def wanted(*services: Any, lookup: Callable[[GroupResource], ResourceType | None] | None = None) -> Desired:
+    return desired(services, lookup or mapper().lookup)
+
+
 def rendered(*services: Any) -> dict[str, Any]:
-    return render(desired_routes(services, mapper().lookup), shipped())
+    return render(wanted(*services), shipped(), probe_namespace=PROBE_NAMESPACE).configuration
 
 
-# --- the rules --------------------------------------------------------------------------------------
-def test_the_static_routes_are_what_the_shipped_configuration_routes() -> None:
-    """STATIC_ROUTES is deploy/'s configuration read back, but for the labelled-objects rule (any type, by label)."""
-    assert routes_of(shipped()) - {Route("DELETE", GroupResource("*", "*"))} == STATIC_ROUTES
+def named(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {w["name"]: w for w in config["webhooks"]}
 
 
-def test_a_configmap_provider_gets_one_narrow_delete_rule() -> None:
-    config = rendered(service("a", CONFIGMAPS))
-    (webhook,) = config["webhooks"]
-    assert webhook["name"] == DELETE_WEBHOOK
-    assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"],
-                                 "resources": ["configmaps"], "scope": "Namespaced"}]
-    assert webhook["objectSelector"] == {"matchExpressions": [
-        {"key": "criticalsvc.io/deletion-protected", "operator": "NotIn", "values": ["Always"]}]}
+# --- the API server's side, evaluated -------------------------------------------------------------------------
+class _NoStore:
+    """webhooks_from_configuration reads the store lazily, for namespace labels and served versions: every
+    namespace exists, with the label the API server gives it."""
+
+    def __init__(self, types: RESTMapper) -> None:
+        self.mapper = types
+
+    def get(self, _gr: Any, _namespace: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}}
 
 
-def test_a_custom_resource_provider_is_routed_in_its_served_version_and_scope() -> None:
-    (webhook,) = rendered(service("a", WIDGETS, namespace=""))["webhooks"]
-    assert webhook["rules"] == [{"apiGroups": ["widgets.example.com"], "apiVersions": ["v1beta1"],
-                                 "operations": ["DELETE"], "resources": ["widgets"], "scope": "Cluster"}]
+def api_server_sends(config: Mapping[str, Any], request: AdmissionRequest, *, types: RESTMapper) -> list[str]:
+    """The webhooks of `config` the API server would call for `request` (raises on a matchCondition error)."""
+    hooks = webhooks_from_configuration(config, store=_NoStore(types),  # type: ignore[arg-type]
+                                        hook_factory=lambda *a, **k: (lambda review: review))
+    gr = request.group_resource
+    matched = GroupResource(gr.group, f"{gr.resource}/{request.sub_resource}") if request.sub_resource else gr
+    review = dict(render_review(request))["request"]
+    out = []
+    for hook in hooks:
+        namespace = request.name if gr == NAMESPACES_GR else request.namespace
+        if hook.matches(request.operation, matched, namespace, request.object, request.old_object,
+                        name=request.name, request=lambda: review):
+            out.append(hook.name)
+    return out
 
 
-def test_a_kind_is_resolved_and_statically_routed_types_get_no_rule() -> None:
-    """`Deployment` resolves to deployments.apps, which the shipped configuration routes already; an
-    unserved type gets nothing (no request for it can come)."""
-    services = [service("a", GroupResource("apps", "Deployment")), service("b", GroupResource("", "namespaces")),
-                service("c", GroupResource("nope.example.com", "things"))]
-    assert desired_routes(services, mapper().lookup) == frozenset()
-    assert rendered(*services)["webhooks"] == []
+# --- the shipped configuration ----------------------------------------------------------------------------------
+def test_the_shipped_configuration_routes_only_what_is_the_gates_whatever_the_services_say() -> None:
+    """Three webhooks: CriticalServices, the CriticalService CRD, and labelled objects; no namespace,
+    workload or other CRD DELETE reaches the gate through it."""
+    config = shipped()
+    assert [w["name"] for w in config["webhooks"]] == [
+        "criticalservices.gate.criticalsvc.io", "crds.gate.criticalsvc.io", "labelled.gate.criticalsvc.io"]
+    types = mapper()
+
+    def sent(gr: GroupResource, name: str, namespace: str = "", labels: Mapping[str, str] | None = None,
+             collection: bool = False) -> list[str]:
+        old = {"metadata": {"name": name, **({"namespace": namespace} if namespace else {}),
+                            "labels": dict(labels or {})}}
+        return api_server_sends(config, AdmissionRequest(
+            uid="u", group_resource=gr, operation="DELETE", name="" if collection else name,
+            namespace=name if gr == NAMESPACES_GR else namespace, object=None, old_object=old), types=types)
+
+    assert sent(NAMESPACES_GR, "team") == []
+    assert sent(DEPLOYMENTS, "web", "team") == []
+    assert sent(CRDS, "widgets.widgets.example.com") == []
+    assert sent(CRDS, CRD_NAME) == ["crds.gate.criticalsvc.io"]
+    assert sent(CRDS, CRD_NAME, collection=True) == ["crds.gate.criticalsvc.io"]  # the name from oldObject
+    assert sent(CRITICAL_SERVICES, "cs") == ["criticalservices.gate.criticalsvc.io"]
+    assert sent(DEPLOYMENTS, "web", "team", {DELETION_PROTECTED_LABEL: DELETION_PROTECTED_ALWAYS}) == [
+        "labelled.gate.criticalsvc.io"]
 
 
-def test_hold_updates_and_scale_to_zero_route_updates_and_the_scale_subresource() -> None:
-    config = rendered(service("a", CONFIGMAPS, hold=True), service("b", DEPLOYMENTS, scale=True))
-    assert [w["name"] for w in config["webhooks"]] == [DELETE_WEBHOOK, UPDATE_WEBHOOK]
-    assert routes_of(config) == {Route("DELETE", CONFIGMAPS), Route("UPDATE", CONFIGMAPS),
-                                 Route("UPDATE", DEPLOYMENTS),
-                                 Route("UPDATE", GroupResource("apps", "deployments/scale"))}
-    updates = config["webhooks"][1]
-    assert updates["objectSelector"] == {}  # a labelled provider's UPDATE has no other webhook
-    assert all(len(r["resources"]) == len(r["apiGroups"]) == len(r["operations"]) == 1 for r in updates["rules"])
+# --- what each CriticalService needs ----------------------------------------------------------------------------
+def test_a_named_provider_routes_its_own_delete_its_namespace_and_nothing_else() -> None:
+    routes = wanted(service("a", DEPLOYMENTS, namespace="team")).routes
+    assert routes == {Route("DELETE", DEPLOYMENTS, "team", "p"), Route("DELETE", NAMESPACES_GR, name="team")}
+    config = rendered(service("a", DEPLOYMENTS, namespace="team"))
+    assert [w["name"] for w in config["webhooks"]] == [NAMESPACES_WEBHOOK, DELETE_WEBHOOK, PROBE_WEBHOOK]
+    (rule,) = named(config)[DELETE_WEBHOOK]["rules"]
+    assert rule == {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["DELETE"],
+                    "resources": ["deployments"], "scope": "Namespaced"}
+
+
+def test_a_custom_resource_provider_routes_its_crd_in_its_served_version_and_scope() -> None:
+    routes = wanted(service("a", WIDGETS, namespace="")).routes
+    assert routes == {Route("DELETE", WIDGETS, None, "p"), Route("DELETE", CRDS, name="widgets.widgets.example.com")}
+    (rule,) = named(rendered(service("a", WIDGETS, namespace="")))[DELETE_WEBHOOK]["rules"]
+    assert (rule["apiVersions"], rule["scope"]) == (["v1beta1"], "Cluster")
+
+
+def test_held_updates_and_scale_to_zero_route_the_provider_and_its_scale_subresource() -> None:
+    routes = wanted(service("a", DEPLOYMENTS, hold=True, scale=True)).routes
+    assert Route("UPDATE", DEPLOYMENTS, "app", "p") in routes
+    assert Route("UPDATE", GroupResource("apps", "deployments/scale"), "app", "p") in routes
+    selected = wanted(service("b", DEPLOYMENTS, scale=True, selector={"matchLabels": {"app": "db"}})).routes
+    # A Scale has no labels: a selected provider's scale updates are routed by what they ask for.
+    assert Route("UPDATE", GroupResource("apps", "deployments/scale"), "app", to_zero=True) in selected
+
+
+def test_a_selector_without_a_namespace_routes_every_namespace_delete_and_says_so() -> None:
+    cs = service("a", CONFIGMAPS, namespace="", selector={"matchLabels": {"app": "db"}})
+    result = render(wanted(cs), shipped(), probe_namespace=PROBE_NAMESPACE)
+    namespaces = named(result.configuration)[NAMESPACES_WEBHOOK]
+    assert "matchConditions" not in namespaces
+    assert "any namespace" in result.broad[Route("DELETE", NAMESPACES_GR)]
+
+
+def test_unserved_types_and_webhook_configurations_get_no_route() -> None:
+    vwc = GroupResource("admissionregistration.k8s.io", "validatingwebhookconfigurations")
+    services = [service("a", GroupResource("nope.example.com", "things")), service("b", vwc, namespace="")]
+    assert wanted(*services).routes == frozenset()
+    assert [w["name"] for w in rendered(*services)["webhooks"]] == [PROBE_WEBHOOK]
 
 
 def test_no_rule_has_a_wildcard() -> None:
@@ -127,24 +229,18 @@ def test_no_rule_has_a_wildcard() -> None:
             assert "*" not in json.dumps(rule), rule
 
 
-def test_webhook_configurations_are_never_routed() -> None:
-    """The API server never sends them to webhooks; a rule would route nothing."""
-    vwc = GroupResource("admissionregistration.k8s.io", "validatingwebhookconfigurations")
-    assert desired_routes([service("a", vwc, namespace="")], mapper().lookup) == frozenset()
-
-
-# --- the object -----------------------------------------------------------------------------------------
+# --- the object ------------------------------------------------------------------------------------------------
 def test_the_configuration_is_owned_by_the_shipped_one_and_copies_its_settings() -> None:
     source = shipped()
-    template = next(w for w in source["webhooks"] if w["name"] == "workloads.gate.criticalsvc.io")
+    template = next(w for w in source["webhooks"] if w["name"] == "labelled.gate.criticalsvc.io")
     template["failurePolicy"] = "Ignore"  # the Helm chart's value follows
-    config = render(desired_routes([service("a", CONFIGMAPS)], mapper().lookup), source)
+    config = render(wanted(service("a", CONFIGMAPS)), source, probe_namespace=PROBE_NAMESPACE).configuration
     assert config["metadata"]["name"] == PROVIDERS_CONFIGURATION
     assert config["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "criticalsvc"
     assert config["metadata"]["ownerReferences"] == [{
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
         "name": "criticalsvc", "uid": "5e1f0000-0000-4000-8000-000000000001"}]
-    (webhook,) = config["webhooks"]
+    webhook = named(config)[DELETE_WEBHOOK]
     assert webhook["clientConfig"] == template["clientConfig"]
     assert webhook["namespaceSelector"] == template["namespaceSelector"]
     assert webhook["failurePolicy"] == "Ignore"
@@ -152,14 +248,39 @@ def test_the_configuration_is_owned_by_the_shipped_one_and_copies_its_settings()
             webhook["admissionReviewVersions"]) == ("NoneOnDryRun", "Equivalent", 5, ["v1"])
 
 
-def test_a_url_client_config_and_a_new_ca_bundle_are_copied() -> None:
+def test_the_probe_webhook_names_the_digest_of_the_rest_and_matches_only_the_probe() -> None:
+    """Its path carries the digest of every other webhook; a change of routes changes it; only a dry-run
+    CREATE of the probe ConfigMap in the gate's namespace reaches it, and never fails a request."""
+    one = render(wanted(service("a", CONFIGMAPS)), shipped(), probe_namespace=PROBE_NAMESPACE)
+    two = render(wanted(service("a", CONFIGMAPS, hold=True)), shipped(), probe_namespace=PROBE_NAMESPACE)
+    assert one.digest != two.digest
+    assert probe_digest(one.configuration) == one.digest
+    probe = named(one.configuration)[PROBE_WEBHOOK]
+    assert probe["clientConfig"]["service"]["path"] == f"/probe/{one.digest}"
+    assert probe["failurePolicy"] == "Ignore"
+    assert digest_in(f'admission webhook "probe.gate.criticalsvc.io" denied the request: {probe_answer("abc")}') \
+        == "abc"
+    assert digest_in("admission webhook denied the request: something else") is None
+    types = mapper()
+
+    def create(dry_run: bool, name: str = PROBE_CONFIGMAP) -> list[str]:
+        return api_server_sends(one.configuration, AdmissionRequest(
+            uid="u", group_resource=CONFIGMAPS, operation="CREATE", name=name, namespace=PROBE_NAMESPACE,
+            object={"metadata": {"name": name}}, old_object=None, dry_run=dry_run), types=types)
+
+    assert create(True) == [PROBE_WEBHOOK]
+    assert create(False) == [] and create(True, "other") == []
+
+
+def test_a_url_client_config_is_copied_with_the_probe_on_its_own_path() -> None:
     source = shipped()
     for w in source["webhooks"]:
         w["clientConfig"] = {"url": "https://127.0.0.1:8443/validate", "caBundle": "bmV3Cg=="}
-    first = render(desired_routes([service("a", CONFIGMAPS)], mapper().lookup), shipped())
-    again = render(desired_routes([service("a", CONFIGMAPS)], mapper().lookup), source)
-    assert again["webhooks"][0]["clientConfig"] == {"url": "https://127.0.0.1:8443/validate", "caBundle": "bmV3Cg=="}
-    assert not same_configuration(first, again)
+    config = render(wanted(service("a", CONFIGMAPS)), source, probe_namespace=PROBE_NAMESPACE).configuration
+    assert named(config)[DELETE_WEBHOOK]["clientConfig"] == {"url": "https://127.0.0.1:8443/validate",
+                                                              "caBundle": "bmV3Cg=="}
+    assert named(config)[PROBE_WEBHOOK]["clientConfig"]["url"].startswith("https://127.0.0.1:8443/probe/")
+    assert not same_configuration(rendered(service("a", CONFIGMAPS)), config)
 
 
 def stored(config: dict[str, Any]) -> dict[str, Any]:
@@ -170,9 +291,6 @@ def stored(config: dict[str, Any]) -> dict[str, Any]:
     out["metadata"]["labels"]["team"] = "platform"
     out["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = None
     for webhook in out["webhooks"]:
-        for rule in webhook["rules"]:
-            rule.pop("scope")
-            rule["scope"] = "Namespaced" if rule["resources"] == ["configmaps"] else rule.get("scope", "*")
         webhook.pop("matchPolicy")
     return out
 
@@ -182,11 +300,10 @@ def test_equality_ignores_what_the_server_sets_and_sees_every_change() -> None:
     assert same_configuration(stored(config), config)
     assert not same_configuration(None, config)
     assert not same_configuration(stored(config), rendered(service("a", CONFIGMAPS, hold=True)))
+    assert not same_configuration(stored(config), rendered(service("b", CONFIGMAPS, namespace="other")))
     other_owner = stored(config)
     other_owner["metadata"]["ownerReferences"][0]["uid"] = "someone-else"
     assert not same_configuration(other_owner, config)
-    emptied = rendered()
-    assert emptied["webhooks"] == [] and not same_configuration(stored(config), emptied)
 
 
 def test_an_update_carries_the_resource_version_and_keeps_others_labels() -> None:
@@ -194,80 +311,298 @@ def test_an_update_carries_the_resource_version_and_keeps_others_labels() -> Non
     body = for_update(rendered(service("a", CONFIGMAPS, hold=True)), stored(config))
     assert body["metadata"]["resourceVersion"] == "42"
     assert body["metadata"]["labels"]["team"] == "platform"
-    assert body["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "criticalsvc"
 
 
-def test_read_back_is_what_was_rendered() -> None:
-    rules = desired_routes([service("a", CONFIGMAPS, hold=True, scale=True), service("b", WIDGETS, namespace="")],
-                           mapper().lookup)
-    assert routes_of(render(rules, shipped())) == {r.route for r in rules}
-    assert routes_of(None) == frozenset()
+def test_a_condition_past_the_size_limit_is_sent_broadly_and_says_so() -> None:
+    """Never less: the webhook loses its condition, so every request of its types reaches the gate."""
+    many = [service(f"s{i}", CONFIGMAPS, namespace=f"namespace-{i:05d}") for i in range(MAX_EXPRESSION_CHARS // 15)]
+    result = render(wanted(*many), shipped(), probe_namespace=PROBE_NAMESPACE)
+    providers = named(result.configuration)[DELETE_WEBHOOK]
+    assert "matchConditions" not in providers
+    assert all("past the" in why for why in result.broad.values()) and result.broad
+    few = render(wanted(*many[:10]), shipped(), probe_namespace=PROBE_NAMESPACE)
+    assert "matchConditions" in named(few.configuration)[DELETE_WEBHOOK] and not few.broad
 
 
-# --- property: the routed set is the provider types' needs, minus what is routed already -------------------
-TYPES = [CONFIGMAPS, DEPLOYMENTS, WIDGETS, GroupResource("", "persistentvolumeclaims"), GroupResource("", "Service"),
-         GroupResource("networking.k8s.io", "netpol"), GroupResource("", "namespaces"), CRITICAL_SERVICES,
-         GroupResource("nope.example.com", "things")]
-# An oracle written from the issue, independent of routing.py's code: canonical names by hand.
-CANONICAL = {CONFIGMAPS: CONFIGMAPS, DEPLOYMENTS: DEPLOYMENTS, WIDGETS: WIDGETS,
-             GroupResource("", "persistentvolumeclaims"): GroupResource("", "persistentvolumeclaims"),
-             GroupResource("", "Service"): GroupResource("", "services"),
-             GroupResource("networking.k8s.io", "netpol"): GroupResource("networking.k8s.io", "networkpolicies"),
-             GroupResource("", "namespaces"): GroupResource("", "namespaces"), CRITICAL_SERVICES: CRITICAL_SERVICES}
-SHIPPED_DELETES = {"namespaces", "deployments", "statefulsets", "daemonsets", "customresourcedefinitions",
-                   "criticalservices"}
+# --- the label selector in CEL ------------------------------------------------------------------------------
+@st.composite
+def selector_specs(draw: st.DrawFn) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if draw(st.booleans()):
+        spec["matchLabels"] = draw(label_sets(("app", "tier")))
+    expressions = []
+    for _ in range(draw(st.integers(0, 3))):
+        key = draw(pick(("app", "tier", "zone")))
+        op = draw(pick(OPERATORS))
+        entry: dict[str, Any] = {"key": key, "operator": op}
+        if op in ("In", "NotIn"):
+            entry["values"] = draw(st.lists(pick(("web", "db", "front", "a'b", "x")), min_size=1, max_size=2,
+                                            unique=True))
+        expressions.append(entry)
+    if expressions:
+        spec["matchExpressions"] = expressions
+    return spec
 
 
-@given(st.lists(st.tuples(st.sampled_from(TYPES), st.booleans(), st.booleans()), max_size=6))
-def test_the_routed_set_is_what_the_providers_need(picks: list[tuple[GroupResource, bool, bool]]) -> None:
-    services = [service(f"s{i}", gr, hold=hold, scale=scale) for i, (gr, hold, scale) in enumerate(picks)]
-    expected: set[Route] = set()
-    for gr, hold, scale in picks:
-        canonical = CANONICAL.get(gr)
-        if canonical is None:
-            continue
-        if canonical.resource not in SHIPPED_DELETES:
-            expected.add(Route("DELETE", canonical))
-        if (hold or scale) and canonical != CRITICAL_SERVICES:
-            expected.add(Route("UPDATE", canonical))
-        if scale:
-            expected.add(Route("UPDATE", GroupResource(canonical.group, canonical.resource + "/scale")))
-    assert routes_of(render(desired_routes(services, mapper().lookup), shipped())) == expected
+@settings(max_examples=150)
+@given(selector_specs(), st.dictionaries(pick(("app", "tier", "zone", "other")),
+                                         pick(("web", "db", "front", "a'b", "x")), max_size=3),
+       st.booleans())
+def test_a_selector_in_cel_selects_what_the_selector_selects(spec: dict[str, Any], labels: dict[str, str],
+                                                             unlabelled: bool) -> None:
+    """The rendered condition, run by cel-python on a DELETE's oldObject, agrees with LabelSelector.matches
+    (the gate's own) on every label set, including an object with no labels at all."""
+    cs = service("a", CONFIGMAPS, namespace="team", selector=spec)
+    config = rendered(cs)
+    old = {"metadata": {"name": "o", "namespace": "team"}}
+    if not unlabelled:
+        old["metadata"]["labels"] = labels
+    request = AdmissionRequest(uid="u", group_resource=CONFIGMAPS, operation="DELETE", name="o", namespace="team",
+                               object=None, old_object=old)
+    sent = DELETE_WEBHOOK in api_server_sends(config, request, types=mapper())
+    assert sent == parse_label_selector(spec, "s").matches({} if unlabelled else labels)
+
+
+# --- the property: routing covers every request the gate could refuse ------------------------------------------
+CRD_GROUP, CRD_PLURAL = "my.crd.group", "coolresources"
+COOL = GroupResource(CRD_GROUP, CRD_PLURAL)
+KINDS: dict[str, tuple[GroupResource, str, str]] = {  # key: (group/resource, apiVersion, kind)
+    "deployments": (DEPLOYMENTS, "apps/v1", "Deployment"),
+    "configmaps": (CONFIGMAPS, "v1", "ConfigMap"),
+    "coolresources": (COOL, f"{CRD_GROUP}/v1", "CoolResource"),
+}
+OBJECT_NAMES = ("p0", "p1", "x")
+SERVICE_NAMES = ("cs0", "cs1", "cs2")
+
+
+def crd() -> dict[str, Any]:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{CRD_PLURAL}.{CRD_GROUP}"},
+            "spec": {"group": CRD_GROUP, "scope": "Namespaced",
+                     "names": {"plural": CRD_PLURAL, "singular": "coolresource", "kind": "CoolResource"},
+                     "versions": [{"name": "v1", "served": True, "storage": True}]}}
+
+
+@st.composite
+def world_objects(draw: st.DrawFn) -> dict[str, Any]:
+    key = draw(pick(tuple(KINDS)))
+    _gr, api_version, kind = KINDS[key]
+    metadata: dict[str, Any] = {"name": draw(pick(OBJECT_NAMES)), "namespace": draw(pick(NAMESPACES)),
+                                "labels": draw(label_sets())}
+    if draw(st.integers(0, 3)) == 0:
+        metadata["labels"][DELETION_PROTECTED_LABEL] = DELETION_PROTECTED_ALWAYS
+    body: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "metadata": metadata}
+    if key == "deployments":
+        body["spec"] = {"replicas": draw(st.integers(0, 2))}
+    return body
+
+
+@st.composite
+def guarding_services(draw: st.DrawFn, name: str) -> dict[str, Any]:
+    key = draw(pick((*KINDS, "namespaces")))
+    provider: dict[str, Any]
+    if key == "namespaces":  # a cluster-scoped provider: by name, or every namespace a selector picks
+        provider = {"resource": draw(pick(("namespaces", "Namespace")))}
+        if draw(st.booleans()):
+            provider["name"] = draw(pick(NAMESPACES))
+        else:
+            provider["selector"] = draw(selector_specs())
+    else:
+        gr = KINDS[key][0]
+        provider = {"group": gr.group, "resource": draw(pick((gr.resource, KINDS[key][2])))}
+        namespace = draw(pick((None, *NAMESPACES))) if draw(st.booleans()) else draw(pick(NAMESPACES))
+        if namespace is not None:
+            provider["namespace"] = namespace
+        if namespace is not None and draw(st.booleans()):
+            provider["name"] = draw(pick(OBJECT_NAMES))
+        else:
+            provider["selector"] = draw(selector_specs())
+    criterion_ns = draw(pick(NAMESPACES))
+    spec: dict[str, Any] = {"provider": provider, "criteria": [
+        {"type": "Resources", "resources": {"group": "", "resource": "configmaps", "namespace": criterion_ns,
+                                            "selector": {"matchLabels": {"app": draw(pick(LABEL_VALUES["app"]))}}}}]}
+    if draw(st.booleans()):
+        spec["holdUpdates"] = "WhileBlocking"
+    if draw(st.booleans()):
+        spec["scaleToZero"] = "DenyWhileBlocking"
+    return {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": name},
+            "spec": spec}
+
+
+@attrs.frozen
+class Case:
+    manifests: tuple[dict[str, Any], ...]
+
+    @property
+    def objects(self) -> list[dict[str, Any]]:
+        return [m for m in self.manifests if m["kind"] in ("Deployment", "ConfigMap", "CoolResource")]
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> Case:
+    names = draw(st.lists(pick(SERVICE_NAMES), unique=True, min_size=1, max_size=3))
+    services = [draw(guarding_services(n)) for n in names]
+    objs = draw(st.lists(world_objects(), max_size=10,
+                         unique_by=lambda o: (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])))
+    namespaces = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": ns, "labels": {**draw(label_sets()), "kubernetes.io/metadata.name": ns}}} for ns in NAMESPACES]
+    return Case((*([crd()] if draw(st.booleans()) else []), *namespaces, *objs, *services))
+
+
+def requests_of(case: Case) -> Iterator[AdmissionRequest]:
+    """Every DELETE and UPDATE a teardown (or a controller) could send about the case's objects."""
+    seq = iter(range(10**6))
+
+    def uid() -> str:
+        return f"u{next(seq)}"
+
+    for obj in case.objects:
+        gr = next(g for g, _v, k in KINDS.values() if k == obj["kind"])
+        md = obj["metadata"]
+        for name in (md["name"], ""):  # "": an item of a deletecollection
+            yield AdmissionRequest(uid=uid(), group_resource=gr, operation="DELETE", name=name,
+                                   namespace=md["namespace"], object=None, old_object=obj)
+        relabelled = copy.deepcopy(obj)
+        relabelled["metadata"]["labels"] = {"app": "other"}
+        edited = copy.deepcopy(obj)
+        edited["metadata"]["annotations"] = {"edited": "yes"}
+        for new in (relabelled, edited):
+            yield AdmissionRequest(uid=uid(), group_resource=gr, operation="UPDATE", name=md["name"],
+                                   namespace=md["namespace"], object=new, old_object=obj)
+        if gr == DEPLOYMENTS:
+            for replicas in (0, 1):
+                scale = {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                         "metadata": {"name": md["name"], "namespace": md["namespace"]},
+                         "spec": {"replicas": replicas} if replicas else {}}
+                before = {**scale, "spec": {"replicas": obj["spec"]["replicas"]} if obj["spec"]["replicas"] else {}}
+                yield AdmissionRequest(uid=uid(), group_resource=gr, operation="UPDATE", name=md["name"],
+                                       namespace=md["namespace"], object=scale, old_object=before,
+                                       sub_resource="scale", kind="Scale")
+    for namespace in (m for m in case.manifests if m["kind"] == "Namespace"):
+        ns = namespace["metadata"]["name"]
+        for name in (ns, ""):
+            yield AdmissionRequest(uid=uid(), group_resource=NAMESPACES_GR, operation="DELETE", name=name,
+                                   namespace=ns, object=None, old_object=namespace)
+    for name in (f"{CRD_PLURAL}.{CRD_GROUP}", "widgets.other.example.com"):
+        yield AdmissionRequest(uid=uid(), group_resource=CRDS, operation="DELETE", name=name, namespace="",
+                               object=None, old_object={"metadata": {"name": name}})
+
+
+def statically_routed(request: AdmissionRequest) -> bool:
+    """What deploy/base/webhook.yaml sends, read from the issue, not from routing.py."""
+    if request.group_resource == CRITICAL_SERVICES:
+        return True
+    labels = ((request.old_object or {}).get("metadata") or {}).get("labels") or {}
+    if request.operation == "DELETE" and labels.get(DELETION_PROTECTED_LABEL) == DELETION_PROTECTED_ALWAYS:
+        return True
+    name = request.name or ((request.old_object or {}).get("metadata") or {}).get("name")
+    return request.operation == "DELETE" and request.group_resource == CRDS and name == CRD_NAME
+
+
+def routing_mismatch(case: Case, *, leave_out: str | None = None) -> str | None:
+    """How routing fails the decision or the API server's evaluation, or None. `leave_out`: render as if that
+    CriticalService were not there (the negative control)."""
+    state = build_state([Manifest(m, f"generated: document {i}") for i, m in enumerate(case.manifests, 1)])
+    services = [cs for cs in state.critical_services() if cs.name != leave_out]
+    wanted_routes = desired(services, state.mapper.lookup)
+    result = render(wanted_routes, shipped(), probe_namespace=PROBE_NAMESPACE)
+    types = state.mapper
+    for request in requests_of(case):
+        decision = decide(request, state, manages_routes=True)
+        gr = request.group_resource
+        matched = GroupResource(gr.group, f"{gr.resource}/{request.sub_resource}") if request.sub_resource else gr
+        call = call_of(operation=request.operation, group_resource=matched, namespace=request.namespace,
+                       name=request.name, obj=request.object, old=request.old_object)
+        modelled = any(covers(r, call) for r in wanted_routes.routes)
+        if (not decision.allowed or decision.protected) and not (modelled or statically_routed(request)):
+            return f"{request.operation} {matched} {request.namespace}/{request.name}: {decision.rule} not routed"
+        try:
+            sent = api_server_sends(result.configuration, request, types=types)
+        except Exception as exc:
+            return f"{request.operation} {matched} {request.namespace}/{request.name}: evaluation failed: {exc}"
+        gate_hooks = [h for h in sent if h != PROBE_WEBHOOK]
+        labelled = ((request.old_object or {}).get("metadata") or {}).get("labels", {}).get(DELETION_PROTECTED_LABEL)
+        if modelled and not gate_hooks and not (request.operation == "DELETE" and labelled == "Always"):
+            return f"{request.operation} {matched} {request.name}: covered but the API server sends nothing"
+        if gate_hooks and not modelled and not result.broad:
+            return f"{request.operation} {matched} {request.name}: sent by {gate_hooks} though nothing covers it"
+    return None
+
+
+@settings(max_examples=120)
+@given(cases())
+def test_everything_the_gate_could_refuse_is_routed_and_nothing_else(case: Case) -> None:
+    """Every DELETE/UPDATE the decision refuses (or a CriticalService has a say on) reaches the gate; the
+    rendered configuration, as the API server evaluates it, sends exactly what the routes cover and never
+    fails to evaluate."""
+    mismatch = routing_mismatch(case)
+    assert mismatch is None, mismatch
+
+
+def test_the_oracle_catches_a_routing_that_leaves_a_provider_out() -> None:
+    """Negative control: the same check fails when one CriticalService's routes are not rendered."""
+    cs = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "cs0"},
+          "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "ns-a", "name": "p0"},
+                   "criteria": [{"type": "Resources", "resources": {"resource": "configmaps", "namespace": "ns-b"}}]}}
+    objs = [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "p0", "namespace": "ns-a",
+                                                                         "labels": {}}, "spec": {"replicas": 1}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns-b", "labels": {}}}]
+    case = Case((*objs, cs))
+    assert routing_mismatch(case) is None
+    assert "not routed" in (routing_mismatch(case, leave_out="cs0") or "")
+
+
+def test_an_unguarded_read_of_an_omitted_request_field_is_an_evaluation_error() -> None:
+    """Negative control for 'never fails to evaluate': request.name is absent (not "") for a deletecollection's
+    item, as on kube-apiserver, so a condition reading it without has() errors - and the request would be
+    refused under failurePolicy Fail."""
+    conditions = matchconditions.parse_match_conditions(
+        [{"name": "n", "expression": "request.name == 'x'"}], "matchConditions")
+    review = dict(render_review(AdmissionRequest(uid="u", group_resource=CONFIGMAPS, operation="DELETE", name="",
+                                                 namespace="a", object=None, old_object={"metadata": {"name": "x"}})))
+    outcome = matchconditions.evaluate(conditions, request=review["request"])
+    assert outcome.error is not None and matchconditions.decide(outcome, "Fail") == "fail"
 
 
 # --- status ---------------------------------------------------------------------------------------------------
-def ready(cs: Any, routing: RoutingFacts | None) -> dict[str, Any]:
+def ready(cs: Any, routing: Routing | None) -> dict[str, Any]:
     state = MemoryState(mapper())
     state.upsert_critical_service(cs)
     status = compute_status(cs, state, now=1_700_000_000, routing=routing)
     return next(c for c in status["conditions"] if c["type"] == "Ready")
 
 
-def test_ready_says_whether_and_why_not_the_provider_is_enforced() -> None:
+def test_ready_says_enforcing_only_once_the_api_server_is_seen_routing_the_provider() -> None:
     cs = service("a", CONFIGMAPS)
-    assert ready(cs, None)["reason"] == "ProviderNotRouted"
-    assert "add configmaps" in ready(cs, None)["message"]
-    assert ready(cs, RoutingFacts(managed=True))["reason"] == "RoutePending"
-    failed = ready(cs, RoutingFacts(managed=True, error="403 Forbidden: cannot create"))
+    needs = wanted(cs).needs
+    assert ready(cs, Routing(managed=False))["reason"] == "ProviderNotRouted"
+    assert ready(cs, Routing(managed=True))["reason"] == "RoutePending"
+    written = Routing(managed=True, needs=needs, written=needs[cs])
+    assert ready(cs, written)["reason"] == "RoutePending" and "probe" in ready(cs, written)["message"]
+    failed = ready(cs, Routing(managed=True, needs=needs, error="403 Forbidden: cannot create"))
     assert (failed["status"], failed["reason"]) == ("False", "RoutingFailed")
     assert "403 Forbidden: cannot create" in failed["message"]
-    enforcing = ready(cs, RoutingFacts(managed=True, routed=frozenset({Route("DELETE", CONFIGMAPS)})))
-    assert (enforcing["status"], enforcing["reason"]) == ("True", "Enforcing")
+    live = Routing(managed=True, needs=needs, written=needs[cs], live=needs[cs])
+    assert (ready(cs, live)["status"], ready(cs, live)["reason"]) == ("True", "Enforcing")
+    partly = Routing(managed=True, needs=needs, written=needs[cs], live=frozenset(list(needs[cs])[:1]))
+    assert ready(cs, partly)["reason"] == "RoutePending"
 
 
-def test_ready_needs_the_update_routes_a_spec_asks_for() -> None:
-    plain, held = service("a", DEPLOYMENTS), service("b", DEPLOYMENTS, hold=True, scale=True)
-    assert ready(plain, None)["reason"] == "Enforcing"  # deployments' DELETEs are routed statically
-    assert ready(held, None)["reason"] == "ProviderNotRouted"
-    partly = RoutingFacts(managed=True, routed=frozenset({Route("UPDATE", DEPLOYMENTS)}))
-    assert "UPDATE deployments.apps/scale" in ready(held, partly)["message"]
-    scale = GroupResource("apps", "deployments/scale")
-    whole = RoutingFacts(managed=True, routed=frozenset({Route("UPDATE", DEPLOYMENTS), Route("UPDATE", scale)}))
-    assert ready(held, whole)["reason"] == "Enforcing"
+def test_a_broadly_routed_service_says_so_in_routed_narrowly() -> None:
+    cs = service("a", CONFIGMAPS, namespace="", selector={"matchLabels": {"app": "db"}})
+    result = render(wanted(cs), shipped(), probe_namespace=PROBE_NAMESPACE)
+    needs = wanted(cs).needs
+    state = MemoryState(mapper())
+    state.upsert_critical_service(cs)
+    status = compute_status(cs, state, now=0, routing=Routing(managed=True, needs=needs, written=needs[cs],
+                                                             live=needs[cs], broad=result.broad))
+    narrow = next(c for c in status["conditions"] if c["type"] == "RoutedNarrowly")
+    assert (narrow["status"], narrow["reason"]) == ("False", "Broad")
+    assert "every namespace DELETE" in narrow["message"]
 
 
 # --- decisions --------------------------------------------------------------------------------------------
-def test_no_unrouted_warning_when_the_gate_manages_routes() -> None:
+def test_an_unrouted_warning_only_when_the_gate_does_not_manage_routes() -> None:
     obj = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "a"},
            "spec": {"provider": {"resource": "configmaps", "namespace": "app", "name": "p"},
                     "criteria": [{"type": "SpecificResource",
@@ -275,14 +610,14 @@ def test_no_unrouted_warning_when_the_gate_manages_routes() -> None:
     request = AdmissionRequest(uid="1", group_resource=CRITICAL_SERVICES, operation="CREATE", name="a", namespace="",
                                object=obj, old_object=None)
     state = MemoryState()
-    unmanaged = decide(request, state)
-    assert any("sends no DELETE of configmaps" in w for w in unmanaged.warnings)
+    unmanaged = decide(request, state, manages_routes=False)
+    assert any("does not manage its routes" in w for w in unmanaged.warnings)
     managed = decide(request, state, manages_routes=True)
-    assert managed.allowed and not any("sends no DELETE" in w for w in managed.warnings)
+    assert managed.allowed and not any("does not manage" in w for w in managed.warnings)
 
 
 def test_a_provider_type_delete_without_old_object_is_decided_from_the_cache() -> None:
-    """The providers webhook routes configmaps by type: without oldObject the gate reads its cached copy."""
+    """Without oldObject the gate reads its cached copy of a provider type's object."""
     state = MemoryState()
     cs = service("a", CONFIGMAPS)
     state.upsert_critical_service(cs)
@@ -301,11 +636,19 @@ def test_a_provider_type_delete_without_old_object_is_decided_from_the_cache() -
 def test_the_simulator_routes_what_the_router_would_write() -> None:
     state = MemoryState(mapper())
     rule = ProviderRoutesRule(state)
-    plain = {"metadata": {"name": "p"}}
-    labelled = {"metadata": {"name": "p", "labels": {"criticalsvc.io/deletion-protected": "Always"}}}
-    assert not rule.matches("DELETE", CONFIGMAPS, None, plain)
+    plain = {"metadata": {"name": "p", "namespace": "app"}}
+    other = {"metadata": {"name": "q", "namespace": "app"}}
+    labelled = {"metadata": {"name": "p", "labels": {DELETION_PROTECTED_LABEL: DELETION_PROTECTED_ALWAYS}}}
+    assert not rule.matches("DELETE", CONFIGMAPS, None, plain, name="p", namespace="app")
     state.upsert_critical_service(service("a", CONFIGMAPS, hold=True))
-    assert rule.matches("DELETE", CONFIGMAPS, None, plain)
-    assert not rule.matches("DELETE", CONFIGMAPS, None, labelled)  # the labelled-objects rule has it
-    assert rule.matches("UPDATE", CONFIGMAPS, plain, labelled)
-    assert not rule.matches("DELETE", GroupResource("", "secrets"), None, plain)
+    assert rule.matches("DELETE", CONFIGMAPS, None, plain, name="p", namespace="app")
+    assert not rule.matches("DELETE", CONFIGMAPS, None, other, name="q", namespace="app")  # not the provider
+    assert not rule.matches("DELETE", CONFIGMAPS, None, labelled, name="p", namespace="app")  # the labelled rule's
+    assert rule.matches("UPDATE", CONFIGMAPS, plain, labelled, name="p", namespace="app")
+    assert not rule.matches("DELETE", GroupResource("", "secrets"), None, plain, name="p", namespace="app")
+
+
+@pytest.mark.parametrize("spelling", ["deployments", "Deployment", "deploy"])
+def test_a_kind_or_short_name_is_resolved_to_the_plural_the_rule_names(spelling: str) -> None:
+    routes = wanted(service("a", GroupResource("apps", spelling))).routes
+    assert Route("DELETE", DEPLOYMENTS, "app", "p") in routes

@@ -68,16 +68,21 @@ def test_provider_uid_tracks_the_live_provider(story):
 
 
 def test_provider_of_an_unrouted_type_is_not_ready_and_says_what_to_add(story):
-    """A provider whose DELETEs the webhook does not route (a Service) makes Ready False, naming the rule to add."""
+    """A gate that does not manage routes: nothing routes a provider (the shipped configuration routes none), so
+    Ready is False, naming what to add; the same CriticalService is Enforcing once its routes are seen live."""
     import attrs
+
+    from criticalsvc.routing import Routing, desired
 
     state, cs = story
     service = attrs.evolve(cs, provider=ObjectRef(GroupResource("", "services"), cs.provider.namespace, "webhook"))
-    ready = _cond(compute_status(service, state, now=0), "Ready")
+    ready = _cond(compute_status(service, state, now=0, routing=Routing(managed=False)), "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ProviderNotRouted")
-    assert f"only deleting its namespace {cs.provider.namespace} is gated" in ready["message"]
-    assert "add services to its workloads rule" in ready["message"]
-    assert _cond(compute_status(cs, state, now=0), "Ready")["reason"] == "Enforcing"  # a Deployment is routed
+    assert "does not manage its routes" in ready["message"]
+    assert f"add a webhook for services {cs.provider.namespace}/webhook" in ready["message"]
+    needs = desired([cs], state.mapper.lookup).needs
+    live = Routing(managed=True, needs=needs, written=needs[cs], live=needs[cs])
+    assert _cond(compute_status(cs, state, now=0, routing=live), "Ready")["reason"] == "Enforcing"
 
 
 def test_unserved_provider_type_is_not_ready(story):

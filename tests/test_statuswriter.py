@@ -17,6 +17,7 @@ from criticalsvc.admission import parse_review
 from criticalsvc.api import GroupResource
 from criticalsvc.decision import decide
 from criticalsvc.manifests import load_path
+from criticalsvc.routing import Routing
 from criticalsvc.server import StaticStateSource
 from criticalsvc.sim.apiserver.server import ServerThread
 from criticalsvc.sim.apiserver.standin import StandIn
@@ -74,9 +75,22 @@ async def _run_for(coros: list[Any], until: Callable[[], Any], timeout: float = 
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+class _RoutesAll(dict):  # type: ignore[type-arg]
+    """Every CriticalService needs nothing beyond what is live: the writer's router as if the API server routed
+    everything (tests/test_webhookrouter.py tests the real router)."""
+
+    def get(self, key: Any, default: Any = None) -> frozenset[Any]:
+        return frozenset()
+
+
+class _Router:
+    facts = Routing(managed=True, needs=_RoutesAll())
+
+
 def _writer(store: Store, url: str, identity: str) -> StatusWriter:
     api = aclient.ApiClient(aclient.Configuration(host=url))
-    return StatusWriter(api_client=api, source=StaticStateSource(store.state), identity=identity, interval=0.2)
+    return StatusWriter(api_client=api, source=StaticStateSource(store.state), identity=identity, interval=0.2,
+                        router=_Router())
 
 
 def test_elected_writer_publishes_blocking_status(cluster):
@@ -267,7 +281,7 @@ def test_a_status_pass_over_many_critical_services_lets_reviews_in_between(loop_
                           source=StaticStateSource(state), identity="a", loop_slice=loop_slice)
     real = statuswriter.compute_status
     for cs in state.critical_services():  # as after a first pass: every status written, nothing to PATCH
-        writer._written[cs.name, cs.uid] = real(cs, state, now=time.time())
+        writer._written[cs.name, cs.uid] = real(cs, state, now=time.time(), routing=statuswriter.UNMANAGED)
     computed = [0]
 
     def slow(*args: Any, **kwargs: Any) -> Any:
@@ -361,7 +375,7 @@ def test_an_idle_leader_skips_its_status_pass_until_something_it_reads_changes(f
         writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:9")),
                               source=source, identity="a", full_pass_every=full_pass_every)
         for cs in state.critical_services():
-            writer._written[cs.name, cs.uid] = real(cs, state, now=time.time())
+            writer._written[cs.name, cs.uid] = real(cs, state, now=time.time(), routing=statuswriter.UNMANAGED)
         monkeypatch.setattr(statuswriter, "compute_status", counting)
 
         async def passes(n: int) -> int:

@@ -8,6 +8,9 @@ carrying a stale resourceVersion with 409 Conflict as kube-apiserver does. What 
     a renewed caBundle             copied into criticalsvc-providers at the next resync, without a rule change
     a failing API server           one Warning Event per distinct error, not one per round
     no provider needing a route    criticalsvc-providers is never created
+    the probe                      routes are live (and Ready may say Enforcing) only once a probe comes back
+                                   with the digest of what was written; a configuration edited or deleted by
+                                   someone else is probed again before it counts
 
 `python -m tests.mutants` is the negative control: with any one of these behaviours removed, a test here fails.
 """
@@ -31,6 +34,37 @@ from criticalsvc.restmapper import RESTMapper
 from criticalsvc.state import MemoryState
 from criticalsvc.webhookrouter import CONFIGURATIONS, WebhookRouter
 
+PROBE = "/api/v1/namespaces/criticalsvc-system/configmaps"
+
+
+class RoutingAPI(FakeAPI):
+    """FakeAPI with the API server's side of the probe: a dry-run CREATE of the probe ConfigMap is denied by the
+    probe webhook of the stored criticalsvc-providers (naming the digest in its path) once the informer has
+    caught up, which takes `lag` probes after each write; before that it passes (201, nothing stored)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lag = 0
+        self._behind = 0
+
+    def put(self, path: str, obj: Any) -> dict[str, Any]:
+        if path == OWNED:
+            self._behind = self.lag
+        return super().put(path, obj)
+
+    async def send(self, verb: str, path: str, payload: Any = None, *, timeout: float, params: Any = (),
+                   content_type: str = "application/json") -> Any:
+        if verb == "POST" and path == PROBE and dict(params).get("dryRun") == "All":
+            self.requests.append((verb, path, payload))
+            self._fault(verb, path)
+            digest = routing.probe_digest(self.objects.get(OWNED))
+            if digest is None or self._behind > 0:
+                self._behind -= 1
+                return payload
+            raise APIStatusError(403, "Forbidden", f'admission webhook "{routing.PROBE_WEBHOOK}" denied the '
+                                 f"request: {routing.probe_answer(digest)}")
+        return await super().send(verb, path, payload, timeout=timeout, params=params, content_type=content_type)
+
 SHIPPED = f"{CONFIGURATIONS}/{routing.SHIPPED_CONFIGURATION}"
 OWNED = f"{CONFIGURATIONS}/{routing.PROVIDERS_CONFIGURATION}"
 OLD_CA, NEW_CA = "b2xkLWNh", "bmV3LWNh"
@@ -51,10 +85,10 @@ def widget_service() -> Any:
                       "specificResource": {"resource": "configmaps", "namespace": "x", "name": "y"}}]}})
 
 
-def deployment_service() -> Any:
-    """... and one whose provider's DELETEs the shipped configuration routes already."""
+def unserved_service() -> Any:
+    """... and one whose provider's type is not served: no request for it can come, nothing to route."""
     return parse_critical_service({"metadata": {"name": "d"}, "spec": {
-        "provider": {"group": "apps", "resource": "deployments", "namespace": "app", "name": "p"},
+        "provider": {"group": "nope.example.com", "resource": "things", "namespace": "app", "name": "p"},
         "criteria": [{"type": "SpecificResource",
                       "specificResource": {"resource": "configmaps", "namespace": "x", "name": "y"}}]}})
 
@@ -103,7 +137,7 @@ async def leading(router: WebhookRouter) -> AsyncIterator[None]:
             await task
 
 
-def router_over(api: FakeAPI, *services: Any) -> tuple[WebhookRouter, list[dict[str, Any]], Clock]:
+def router_over(api: RoutingAPI, *services: Any) -> tuple[WebhookRouter, list[dict[str, Any]], Clock]:
     mapper = RESTMapper()
     mapper.add(WIDGET)
     events: list[dict[str, Any]] = []
@@ -116,25 +150,72 @@ def source_of(router: WebhookRouter) -> Source:
     return router.source
 
 
-def routed(api: FakeAPI) -> frozenset[routing.Route]:
-    return routing.routes_of(api.objects.get(OWNED))
+def routed(api: FakeAPI) -> list[str]:
+    """The webhooks stored in criticalsvc-providers, by name."""
+    return [w["name"] for w in (api.objects.get(OWNED) or {}).get("webhooks") or []]
 
 
-WIDGET_DELETE = routing.Route("DELETE", WIDGETS)
+WIDGET_DELETE = routing.Route("DELETE", WIDGETS, None, "p")
+
+
+@pytest.mark.anyio
+async def test_routes_are_live_only_once_the_probe_returns_the_digest_written():
+    """The API server's informer lags the write by three probes: until then nothing is live (Ready says
+    RoutePending); then the widget's routes are, with no error and no Event."""
+    api = RoutingAPI()
+    api.lag = 3
+    api.put(SHIPPED, shipped())
+    router, events, _clock = router_over(api, widget_service())
+    async with leading(router):
+        await eventually(lambda: WIDGET_DELETE in router.facts.live, what="the routes live")
+    probes = api.sent("POST", PROBE)
+    assert len(probes) == 4 and all(p["metadata"]["name"] == routing.PROBE_CONFIGMAP for p in probes)
+    assert router.facts.enforced(widget_service()) and events == [] and router.facts.error is None
+    assert routing.DELETE_WEBHOOK in routed(api)
+
+
+@pytest.mark.anyio
+async def test_a_probe_that_cannot_be_sent_is_an_error_and_nothing_is_live():
+    api = RoutingAPI()
+    api.put(SHIPPED, shipped())
+    api.faults[("POST", PROBE)] = [APIStatusError(403, "Forbidden", "cannot create configmaps")] * 1000
+    router, events, _clock = router_over(api, widget_service())
+    async with leading(router):
+        await eventually(lambda: router.facts.error is not None, what="the probe's failure")
+    assert "cannot create configmaps" in (router.facts.error or "") and router.facts.live == frozenset()
+    assert [e["reason"] for e in events] == ["ProviderRoutingFailed"]
+
+
+@pytest.mark.anyio
+async def test_a_configuration_deleted_by_someone_else_is_not_live_until_written_and_probed_again():
+    api = RoutingAPI()
+    api.put(SHIPPED, shipped())
+    router, _events, clock = router_over(api, widget_service())
+    async with leading(router):
+        await eventually(lambda: WIDGET_DELETE in router.facts.live, what="the routes live")
+        api.lag = 1000  # the informer stops catching up
+        del api.objects[OWNED]
+        clock.now += webhookrouter.RESYNC
+        await eventually(lambda: OWNED in api.objects, what="the configuration written again")
+        await eventually(lambda: router.facts.live == frozenset(), what="nothing live")
+        api.lag = 0
+        api._behind = 0
+        await eventually(lambda: WIDGET_DELETE in router.facts.live, what="the routes live again")
 
 
 @pytest.mark.anyio
 async def test_a_conflicting_write_is_read_again_and_written_at_the_next_round_without_an_error():
     """Someone (an older leader) wrote criticalsvc-providers in between: the PUT gets 409; the next round wins."""
-    api = FakeAPI()
+    api = RoutingAPI()
     api.put(SHIPPED, shipped())
-    api.put(OWNED, {**routing.render(frozenset(), api.objects[SHIPPED]), "webhooks": []})
+    api.put(OWNED, {**routing.render(routing.Desired({}, {}), api.objects[SHIPPED],
+                                     probe_namespace="criticalsvc-system").configuration})
     api.faults[("PUT", OWNED)] = [APIStatusError(409, "Conflict", "the object has been modified")]
     router, events, _clock = router_over(api, widget_service())
-    facts: list[routing.RoutingFacts] = []
+    facts: list[routing.Routing] = []
     router.on_change = lambda: facts.append(router.facts)
     async with leading(router):
-        await eventually(lambda: WIDGET_DELETE in routed(api), what="the routes written after the conflict")
+        await eventually(lambda: routing.DELETE_WEBHOOK in routed(api), what="the routes written after the conflict")
     assert len(api.sent("PUT", OWNED)) == 2
     assert events == [] and router.facts.error is None
     assert all(f.error is None for f in facts), facts  # status never showed the conflict as a failure
@@ -142,26 +223,26 @@ async def test_a_conflicting_write_is_read_again_and_written_at_the_next_round_w
 
 @pytest.mark.anyio
 async def test_a_renewed_ca_bundle_is_copied_at_the_next_resync_though_no_rule_changed():
-    api = FakeAPI()
+    api = RoutingAPI()
     api.put(SHIPPED, shipped(OLD_CA))
     router, events, clock = router_over(api, widget_service())
     source = source_of(router)
     async with leading(router):
-        await eventually(lambda: WIDGET_DELETE in routed(api), what="the first write")
+        await eventually(lambda: WIDGET_DELETE in router.facts.live, what="the first write, live")
         assert {w["clientConfig"]["caBundle"] for w in api.objects[OWNED]["webhooks"]} == {OLD_CA}
         api.put(SHIPPED, shipped(NEW_CA))  # cert-manager's CA injector, or `criticalsvc manifests` re-applied
         reads, rounds = len(api.sent("GET", SHIPPED)), source.rounds
         await eventually(lambda: source.rounds >= rounds + 10, what="ten more rounds")
-        assert len(api.sent("GET", SHIPPED)) == reads  # before RESYNC nothing is read (the rules did not change)
+        assert len(api.sent("GET", SHIPPED)) == reads  # before RESYNC nothing is read (the routes did not change)
         clock.now += webhookrouter.RESYNC
         await eventually(lambda: {w["clientConfig"]["caBundle"] for w in api.objects[OWNED]["webhooks"]} == {NEW_CA},
                          what="the new caBundle in criticalsvc-providers")
-    assert routed(api) == {WIDGET_DELETE} and events == []
+    assert events == []
 
 
 @pytest.mark.anyio
 async def test_a_failing_api_server_is_reported_by_one_event_per_distinct_error():
-    api = FakeAPI()
+    api = RoutingAPI()
     api.put(SHIPPED, shipped())
     down = TransportError(f"GET {OWNED}: connection refused")
     forbidden = APIStatusError(403, "Forbidden", "cannot get validatingwebhookconfigurations")
@@ -171,18 +252,18 @@ async def test_a_failing_api_server_is_reported_by_one_event_per_distinct_error(
         for attempt in range(1, 16):  # each failure waits RETRY (on the test's clock) before the next read
             await eventually(lambda n=attempt: router.syncs >= n, what=f"attempt {attempt}")
             clock.now += webhookrouter.RETRY
-        await eventually(lambda: WIDGET_DELETE in routed(api), what="the routes once the API server answers")
+        await eventually(lambda: WIDGET_DELETE in router.facts.live, what="the routes once the API server answers")
     assert len(api.sent("GET", OWNED)) >= 16  # every failed attempt read again
     assert [(e["reason"], e["type"]) for e in events] == [("ProviderRoutingFailed", "Warning")] * 3
     assert ["connection refused" in e["message"] for e in events] == [True, False, True]
     assert "cannot get validatingwebhookconfigurations" in events[1]["message"]
-    assert router.facts.error is None and router.facts.routed == {WIDGET_DELETE}
+    assert router.facts.error is None
 
 
 @pytest.mark.anyio
 async def test_a_failed_sync_is_tried_again_after_retry_not_at_every_round():
     """An API server that refuses is read once per RETRY, not once per POLL (20 reads a minute, not 60)."""
-    api = FakeAPI()
+    api = RoutingAPI()
     api.put(SHIPPED, shipped())
     api.faults[("GET", OWNED)] = [TransportError(f"GET {OWNED}: connection refused")] * 100
     router, _events, clock = router_over(api, widget_service())
@@ -196,14 +277,14 @@ async def test_a_failed_sync_is_tried_again_after_retry_not_at_every_round():
 
 
 @pytest.mark.anyio
-async def test_nothing_is_created_while_no_provider_needs_a_route_of_its_own():
-    """Deployments are routed by the shipped configuration: no criticalsvc-providers object appears."""
-    api = FakeAPI()
+async def test_nothing_is_created_while_no_provider_needs_a_route():
+    """A provider whose type is not served needs no route: no criticalsvc-providers object appears."""
+    api = RoutingAPI()
     api.put(SHIPPED, shipped())
-    router, events, clock = router_over(api, deployment_service())
+    router, events, clock = router_over(api, unserved_service())
     async with leading(router):
         await eventually(lambda: router.syncs >= 1, what="a first sync")
         clock.now += webhookrouter.RESYNC
         await eventually(lambda: router.syncs >= 2, what="a resync")
     assert OWNED not in api.objects and api.sent("POST", CONFIGURATIONS) == [] and api.sent("PUT", OWNED) == []
-    assert events == [] and router.facts.routed == frozenset() and router.facts.error is None
+    assert events == [] and router.facts.live == frozenset() and router.facts.error is None

@@ -278,7 +278,8 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
                     from ..webhookrouter import WebhookRouter
 
                     router = WebhookRouter(transport, cache, cache.mapper, shipped=args.webhook_configuration,
-                                           metrics=metrics, post_event=writer.post_event, on_change=writer.poke)
+                                           namespace=args.lease_namespace, metrics=metrics,
+                                           post_event=writer.post_event, on_change=writer.poke)
                     writer.router, manages_routes = router, True
                     tasks.append(asyncio.create_task(router.run(lambda: writer.leading), name="webhook-router"))
                 tasks += [asyncio.create_task(writer.run_elected(), name="status-writer"),

@@ -63,7 +63,7 @@ from ..restmapper import ResourceType, RESTMapper, guess_resource, resource_type
 from ..state import MemoryState
 from ..timestamps import format_rfc3339
 from .tables import selector_string
-from .webhooks import AdmissionHook, RegisteredWebhook
+from .webhooks import AdmissionHook, MatchConditionError, RegisteredWebhook
 
 CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 NAMESPACE_FINALIZER = "kubernetes"
@@ -498,9 +498,24 @@ class Store:
                propagation: str = "Background", subresource: str = "") -> None:
         # A rule names a subresource as `<resource>/<subresource>` [D5]; webhooks.py matches it so spelt.
         matched = GroupResource(gr.group, f"{gr.resource}/{subresource}") if subresource else gr
+        built: builtins.list[dict[str, Any]] = []
+
+        def request() -> Mapping[str, Any]:
+            # What matchConditions read: the request as it will be sent (its uid aside), built once per write.
+            if not built:
+                built.append(self.admission_review(operation, gr, obj, old, name=name, namespace=namespace,
+                                                   user=user, dry_run=dry_run, propagation=propagation,
+                                                   subresource=subresource, uid="")["request"])
+            return built[0]
+
         for webhook in self.webhooks:
-            if not webhook.matches(operation, matched, namespace if gr != NAMESPACES else name or namespace, obj,
-                                   old):
+            try:
+                hit = webhook.matches(operation, matched, namespace if gr != NAMESPACES else name or namespace, obj,
+                                      old, name=name, request=request)
+            except MatchConditionError as exc:  # failurePolicy Fail: refused without calling the webhook
+                raise StatusError(500, "InternalError", f'Internal error occurred: failed calling webhook '
+                                  f'"{webhook.name}": failed to evaluate match conditions: {exc}') from exc
+            if not hit:
                 continue
             review = self.admission_review(operation, gr, obj, old, name=name, namespace=namespace, user=user,
                                            dry_run=dry_run, propagation=propagation, subresource=subresource)
@@ -531,13 +546,15 @@ class Store:
 
     def admission_review(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
                          old: Mapping[str, Any] | None, *, name: str, namespace: str, user: str,
-                         dry_run: bool, propagation: str = "Background", subresource: str = "") -> dict[str, Any]:
+                         dry_run: bool, propagation: str = "Background", subresource: str = "",
+                         uid: str | None = None) -> dict[str, Any]:
         """An AdmissionReview v1 request exactly as the API server builds it (§1)."""
         t = self.mapper.lookup(gr)
         scale = subresource == "scale"
         request = AdmissionRequest(
             # Fresh per call (§1.1); deterministic so a seeded simulation replays identically.
-            uid=str(uuid.UUID(int=next(self._review_ids), version=4)), group_resource=gr, operation=operation,
+            uid=uid if uid is not None else str(uuid.UUID(int=next(self._review_ids), version=4)),
+            group_resource=gr, operation=operation,
             name=name, namespace=namespace, object=obj, old_object=old,
             kind="Scale" if scale else t.kind if t else gr.resource, dry_run=dry_run, username=user,
             propagation_policy=propagation, sub_resource=subresource)

@@ -24,7 +24,8 @@ store Webhooks with the real matching rules: operations, apiGroups, apiVersions,
 (top-level resources only; `*/*` adds subresources), scope, namespaceSelector evaluated on the
 namespace's labels (on a Namespace's own labels; never skipping other cluster-scoped objects) [A2][D4],
 and objectSelector evaluated on the request's `object` and `oldObject`, matching if either matches, a
-null one never (so on DELETE only oldObject's labels count) [O1]. matchConditions are not modelled.
+null one never (so on DELETE only oldObject's labels count) [O1], and matchConditions, evaluated with
+cel-python on the request as the API server builds it (sim/matchconditions.py).
 Admission-configuration objects themselves are never sent to webhooks [D5].
 
 Configurations as API objects: `follow_configurations` registers the webhooks of every
@@ -53,8 +54,10 @@ import httpx
 from ..api import NAMESPACES, GroupResource
 from ..errors import CriticalsvcError, InvalidInput, InvalidSpec
 from ..labels import LabelSelector, parse_label_selector
+from . import matchconditions
+from .matchconditions import MatchCondition
 from .store import Store, WatchEvent
-from .webhooks import EXEMPT, RegisteredWebhook, WebhookRule, selects
+from .webhooks import EXEMPT, MatchConditionError, RegisteredWebhook, WebhookRule, selects
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
@@ -187,9 +190,11 @@ class ConfiguredWebhook(RegisteredWebhook):
     namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _name: None
     type_of: Callable[[GroupResource], tuple[str, bool] | None] = lambda _gr: None
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    match_conditions: tuple[MatchCondition, ...] = ()
 
     def matches(self, operation: str, gr: GroupResource, namespace: str,
-                obj: Mapping[str, Any] | None = None, old: Mapping[str, Any] | None = None) -> bool:
+                obj: Mapping[str, Any] | None = None, old: Mapping[str, Any] | None = None, *, name: str = "",
+                request: Callable[[], Mapping[str, Any]] | None = None) -> bool:
         # The API server checks namespaceSelector, objectSelector, then rules (generic/webhook.go
         # ShouldCallHook); all must hold, so the order here (cheapest first) gives the same answer.
         if gr in EXEMPT:
@@ -200,11 +205,24 @@ class ConfiguredWebhook(RegisteredWebhook):
             return False
         if not selects(self.object_selector, obj, old):
             return False
-        if not namespace or self.namespace_selector.is_empty:
-            return True  # cluster-scoped objects other than Namespaces are never skipped [A2]
-        labels = self.namespace_labels(namespace)
+        # Cluster-scoped objects other than Namespaces are never skipped by the namespaceSelector [A2].
         # The namespace is gone (or not yet there): match on no labels, as an empty label set.
-        return self.namespace_selector.matches(labels or {})
+        if namespace and not self.namespace_selector.is_empty and \
+                not self.namespace_selector.matches(self.namespace_labels(namespace) or {}):
+            return False
+        return self._conditions_hold(request)
+
+    def _conditions_hold(self, request: Callable[[], Mapping[str, Any]] | None) -> bool:
+        """matchConditions, evaluated last as the dispatcher does (after ShouldCallHook's selectors and rules)."""
+        if not self.match_conditions:
+            return True
+        if request is None:
+            raise MatchConditionError("no request to evaluate matchConditions on")
+        outcome = matchconditions.evaluate(self.match_conditions, request=request())
+        verdict = matchconditions.decide(outcome, self.failure_policy)
+        if verdict == "fail":
+            raise MatchConditionError(outcome.error)
+        return verdict == "call"
 
     def close(self) -> None:
         if isinstance(self.hook, WebhookClient):
@@ -272,6 +290,7 @@ def webhooks_from_configuration(config: Mapping[str, Any], *, store: Store,
                 _strings(rule.get("resources"), f"{here}.resources"), scope))
         selector = parse_label_selector(entry.get("namespaceSelector"), f"{at}.namespaceSelector")
         object_selector = parse_label_selector(entry.get("objectSelector"), f"{at}.objectSelector")
+        conditions = matchconditions.parse_match_conditions(entry.get("matchConditions"), f"{at}.matchConditions")
         hook = _hook(entry.get("clientConfig"), f"{at}.clientConfig", timeout=timeout, ca_bundle=ca_bundle,
                      client_cert=client_cert, resolve_service=resolve_service, factory=factory)
 
@@ -288,7 +307,7 @@ def webhooks_from_configuration(config: Mapping[str, Any], *, store: Store,
             hook=hook, rules=(WebhookRule(frozenset(), frozenset()),), failure_policy=policy, name=name,
             excluded_namespaces=frozenset(), rule_specs=tuple(specs), namespace_selector=selector,
             object_selector=object_selector, namespace_labels=namespace_labels, type_of=type_of,
-            timeout_seconds=timeout))
+            timeout_seconds=timeout, match_conditions=conditions))
     return result
 
 

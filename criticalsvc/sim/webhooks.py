@@ -16,16 +16,15 @@ from typing import Any, Literal
 import attrs
 
 from ..api import (
+    CRD_NAME,
     CRDS,
     CRITICAL_SERVICES,
     DELETION_PROTECTED_ALWAYS,
     DELETION_PROTECTED_LABEL,
-    NAMESPACES,
-    ROUTED_PROVIDERS,
     GroupResource,
 )
 from ..labels import LabelSelector, Requirement
-from ..routing import Route, desired_routes
+from ..routing import call_of, covers, desired
 from ..state import MemoryState
 
 WEBHOOK_NAME = "gate.criticalsvc.io"
@@ -65,20 +64,31 @@ def _labels_match(selector: LabelSelector, obj: Mapping[str, Any] | None) -> boo
     return selector.matches(labels if isinstance(labels, Mapping) else {})
 
 
+class MatchConditionError(Exception):
+    """A webhook's matchConditions could not be evaluated (none false): under failurePolicy Fail the API
+    server refuses the request without calling the webhook (matchconditions/matcher.go)."""
+
+
 @attrs.frozen
 class WebhookRule:
     operations: frozenset[str]
     group_resources: frozenset[GroupResource]  # ANY_RESOURCE matches every (non-exempt) resource
     # The objectSelector of the webhook entry this rule stands for (deploy/ has one per entry).
     object_selector: LabelSelector = attrs.field(factory=LabelSelector)
+    # The names its matchCondition lets through (None: any); "" stands for a request nothing names.
+    names: frozenset[str] | None = None
 
     def matches(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
-                old: Mapping[str, Any] | None) -> bool:
+                old: Mapping[str, Any] | None, *, name: str = "", namespace: str = "") -> bool:
         if operation not in self.operations:
             return False
         if gr not in self.group_resources and (ANY_RESOURCE not in self.group_resources or gr in EXEMPT
                                                or "/" in gr.resource):
             return False
+        if self.names is not None:
+            call = call_of(operation=operation, group_resource=gr, namespace=namespace, name=name, obj=obj, old=old)
+            if call.name not in self.names:
+                return False
         return selects(self.object_selector, obj, old)
 
 
@@ -91,34 +101,37 @@ DELETION_PROTECTED_SELECTOR = LabelSelector((
 NOT_DELETION_PROTECTED_SELECTOR = LabelSelector((
     Requirement(DELETION_PROTECTED_LABEL, "NotIn", frozenset({DELETION_PROTECTED_ALWAYS})),))
 
-# The rules deploy/ registers (issues 5 and 11): the gate sees DELETEs of namespaces, workloads and CRDs
-# (unless labelled, see the next rule), of CriticalServices, and of every object of any type labelled
-# criticalsvc.io/deletion-protected=Always; and CREATE/UPDATE of CriticalServices.
+# The rules deploy/ registers: the gate sees CREATE/UPDATE/DELETE of CriticalServices, the DELETE of the
+# CriticalService CRD (unless labelled, see the last rule), and the DELETE of every object of any type
+# labelled criticalsvc.io/deletion-protected=Always. What CriticalServices protect is the ProviderRoutesRule's.
 DEFAULT_RULES: tuple[WebhookRule, ...] = (
-    WebhookRule(frozenset({"DELETE"}), frozenset({NAMESPACES, *ROUTED_PROVIDERS, CRDS}),
-                NOT_DELETION_PROTECTED_SELECTOR),
     WebhookRule(frozenset({"DELETE", "CREATE", "UPDATE"}), frozenset({CRITICAL_SERVICES})),
+    WebhookRule(frozenset({"DELETE"}), frozenset({CRDS}), NOT_DELETION_PROTECTED_SELECTOR,
+                names=frozenset({"", CRD_NAME})),
     WebhookRule(frozenset({"DELETE"}), frozenset({ANY_RESOURCE}), DELETION_PROTECTED_SELECTOR),
 )
 
 
 @attrs.frozen
 class ProviderRoutesRule:
-    """The rules of the gate's own configuration criticalsvc-providers (criticalsvc/routing.py), from the
-    CriticalServices in `state` at each request: the same pure function the live router writes from, so
-    the simulator routes a ConfigMap or custom-resource provider as a cluster whose gate manages routes
-    does. The simplest faithful model: the live router's lag (about a second, a poll) is not simulated,
-    so a route exists from the moment its CriticalService is stored. DELETEs carry the kind-specific
-    webhooks' objectSelector (labelled objects go to the labelled-objects rule alone)."""
+    """The routes of the gate's own configuration criticalsvc-providers (criticalsvc/routing.py), from the
+    CriticalServices in `state` at each request: the same pure function the live router renders from, as
+    the Python predicate the rendered CEL is tested against (routing.covers), so the simulator sends the
+    gate exactly the requests a cluster whose gate manages routes sends it: a provider's, its namespace's
+    and its CRD's DELETEs, its held UPDATEs, and nothing else. The simplest faithful model: the live
+    router's lag (a poll, then the probe) is not simulated, so a route exists from the moment its
+    CriticalService is stored. DELETEs carry the kind-specific webhooks' objectSelector (labelled objects
+    go to the labelled-objects rule alone)."""
 
     state: MemoryState
 
     def matches(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
-                old: Mapping[str, Any] | None) -> bool:
+                old: Mapping[str, Any] | None, *, name: str = "", namespace: str = "") -> bool:
         if gr in EXEMPT:
             return False
-        rules = desired_routes(self.state.critical_services(), self.state.mapper.lookup)
-        if Route(operation, gr) not in {r.route for r in rules}:
+        call = call_of(operation=operation, group_resource=gr, namespace=namespace, name=name, obj=obj, old=old)
+        routes = desired(self.state.critical_services(), self.state.mapper.lookup).routes
+        if not any(covers(r, call) for r in routes):
             return False
         return operation != "DELETE" or selects(NOT_DELETION_PROTECTED_SELECTOR, obj, old)
 
@@ -135,9 +148,11 @@ class RegisteredWebhook:
     excluded_namespaces: frozenset[str] = frozenset({"kube-system", "criticalsvc-system"})
 
     def matches(self, operation: str, gr: GroupResource, namespace: str,
-                obj: Mapping[str, Any] | None = None, old: Mapping[str, Any] | None = None) -> bool:
+                obj: Mapping[str, Any] | None = None, old: Mapping[str, Any] | None = None, *, name: str = "",
+                request: Callable[[], Mapping[str, Any]] | None = None) -> bool:
         """Whether this webhook reviews the request: `obj`/`old` are the request's object and oldObject
-        (a rule with an objectSelector never matches when both are None)."""
+        (a rule with an objectSelector never matches when both are None), `name` the request's name ("" for
+        a deletecollection's item); `request` builds the AdmissionRequest (for matchConditions)."""
         if namespace and namespace in self.excluded_namespaces:
             return False
-        return any(r.matches(operation, gr, obj, old) for r in self.rules)
+        return any(r.matches(operation, gr, obj, old, name=name, namespace=namespace) for r in self.rules)

@@ -60,6 +60,8 @@ def quick_start(kubeconfig: Path, kubectl: Path) -> str:
         f"kubectl apply -f {reader}   # the gate reads every type a CriticalService names",
         f"kubectl apply -f {story}; kubectl wait --for=condition=Established {STORY_CRD}",
         f"kubectl apply -f {story}   # again: the CRs need their CRD first",
+        # Enforced: the gate has routed the provider and seen the API server route it (design/routing.md).
+        f"kubectl wait --for=condition=Ready {STORY_CSVC} --timeout=60s   # enforced: the API server routes it",
         # Both criteria unmet (the CRs carry the finalizer, the CRD exists), once the gate has read the CRs.
         f"kubectl wait --for=jsonpath='{{.status.unmetCriteria}}'=2 {STORY_CSVC} --timeout=60s; "
         "kubectl get csvc -o wide",
