@@ -103,39 +103,88 @@ class Stack:
         return cls(story, files, paths, dependents, services, tuple(roles))
 
 
+@attrs.define
+class Case:
+    """One Kustomization of a test: its stack, how it is deleted, and what watches it during the teardown."""
+
+    title: str
+    stack: Stack
+    kustomization: FluxKustomization
+    deletion_policy: str | None = None
+    observer: Observer | None = None
+    watch: KustomizationWatch | None = None
+
+    @classmethod
+    def make(cls, realcluster: RealCluster, server: ArtifactServer, title: str, suffix: str, *, replay: bool,
+             deletion_policy: str | None = None, example: str | None = None) -> Case:
+        stack = Stack.make(suffix, replay=replay, example=example)
+        return cls(title, stack, FluxKustomization(realcluster.admin, server, FLUX_NAMESPACE, f"stack-{suffix}"),
+                   deletion_policy)
+
+    @property
+    def key(self) -> str:
+        return f"Kustomization/{self.kustomization.name}"
+
+    def start_watching(self, realcluster: RealCluster, *, with_kustomization: bool) -> None:
+        paths = {**self.stack.paths, **({self.key: self.kustomization.path} if with_kustomization else {})}
+        self.observer = Observer(realcluster.admin, paths, interval=0.0)
+        self.watch = KustomizationWatch(self.kustomization)
+        self.observer.start()
+        self.watch.start()
+
+    def stop_watching(self) -> None:
+        for watcher in (self.observer, self.watch):
+            if watcher is not None:
+                watcher.stop()
+
+    def left(self, realcluster: RealCluster) -> list[str]:
+        return [k for k, p in self.stack.paths.items() if realcluster.admin.exists(p)]
+
+
 @contextlib.contextmanager
-def delivered_by_flux(realcluster: RealCluster, kustomization: FluxKustomization, stack: Stack, *,
-                      deletion_policy: str | None = None) -> Iterator[str]:
-    """The operator's roles applied, the stack published as the GitRepository's artifact and applied by a
-    Kustomization (prune: true) until Ready at that revision, every CriticalService Enforcing, and the story's
-    finalizer controller running; yields the revision. Afterwards, whatever is left goes (after a failure)."""
-    done = realcluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(stack.roles))
+def delivered_by_flux(realcluster: RealCluster, cases: list[Case]) -> Iterator[dict[str, str]]:
+    """The operator's roles applied; each case's stack published as its GitRepository's artifact and applied
+    by its Kustomization (prune: true) until Ready at that revision; every CriticalService Enforcing; each
+    story's finalizer controller running. Yields each Kustomization's revision by name. Afterwards, whatever
+    is left goes (after a failure), the roles last."""
+    roles = [role for case in cases for role in case.stack.roles]
+    done = realcluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(roles))
     assert done.returncode == 0, done.stderr
     try:
-        with RealBackend(realcluster).finalizer_controller(stack.story):
-            kustomization.create_source()
-            revision = kustomization.publish(stack.files)
-            kustomization.create(prune=True, deletion_policy=deletion_policy)
-            wait_for(lambda: kustomization.ready(revision), timeout=TIMEOUT, interval=0.5,
-                     what=f"Kustomization {kustomization.name} Ready at {revision}: {kustomization.get()}")
-            wait_for(lambda: all(examples.enforcing(realcluster.admin, s) for s in stack.services), timeout=TIMEOUT,
-                     what=f"every CriticalService Enforcing: {stack.services}")
-            yield revision
+        with contextlib.ExitStack() as controllers:
+            for case in cases:
+                controllers.enter_context(RealBackend(realcluster).finalizer_controller(case.stack.story))
+            try:
+                revisions = {}
+                for case in cases:
+                    case.kustomization.create_source()
+                    revisions[case.kustomization.name] = case.kustomization.publish(case.stack.files)
+                    case.kustomization.create(prune=True, deletion_policy=case.deletion_policy)
+                wait_for(lambda: all(c.kustomization.ready(revisions[c.kustomization.name]) for c in cases),
+                         timeout=TIMEOUT, interval=0.5,
+                         what=f"every Kustomization Ready at {revisions}: {[c.kustomization.get() for c in cases]}")
+                services = [s for case in cases for s in case.stack.services]
+                wait_for(lambda: all(examples.enforcing(realcluster.admin, s) for s in services), timeout=TIMEOUT,
+                         what=f"every CriticalService Enforcing: {services}")
+                yield revisions
+            finally:
+                for case in cases:
+                    case.stop_watching()
+                    _clean_up(realcluster, case)
     finally:
-        _clean_up(realcluster, kustomization, stack)
+        for role in roles:
+            realcluster.admin.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role['metadata']['name']}")
 
 
-def _clean_up(realcluster: RealCluster, kustomization: FluxKustomization, stack: Stack) -> None:
-    for path in (kustomization.path, kustomization.source_path):
+def _clean_up(realcluster: RealCluster, case: Case) -> None:
+    """What a failed test leaves goes: the Kustomization without its finalizer, the stack deleted until gone."""
+    for path in (case.kustomization.path, case.kustomization.source_path):
         if realcluster.admin.exists(path):
             realcluster.admin.merge_patch(path, {"metadata": {"finalizers": None}})
             realcluster.admin.delete(path)
-    left = {k: p for k, p in stack.paths.items() if realcluster.admin.exists(p)}
+    left = {k: p for k, p in case.stack.paths.items() if realcluster.admin.exists(p)}
     if left:
-        with RealBackend(realcluster).finalizer_controller(stack.story):
-            RepeatingDeleter(realcluster.admin, left).run(timeout=120)
-    for role in stack.roles:
-        realcluster.admin.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role['metadata']['name']}")
+        RepeatingDeleter(realcluster.admin, left).run(timeout=120)
 
 
 def _refusals(realcluster: RealCluster) -> float:
@@ -147,135 +196,120 @@ def _replays(realcluster: RealCluster) -> float:
     return sum(g.metric("criticalsvc_deletion_replays_total") for g in realcluster.gate.replicas)
 
 
-def _gone_in_order(realcluster: RealCluster, observer: Observer, stack: Stack, watch: KustomizationWatch,
-                   kustomization_key: str) -> None:
-    """Wait until the stack and its Kustomization are gone; the order is the gate's."""
-    every = [*stack.paths.values(), watch.kustomization.path]
-    try:
-        wait_for(lambda: not any(realcluster.admin.exists(p) for p in every), timeout=TIMEOUT, interval=0.5,
-                 what=f"the stack gone: left {[k for k, p in stack.paths.items() if realcluster.admin.exists(p)]}, "
-                      f"the Kustomization {watch.kustomization.get()}")
-        wait_for(lambda: set(stack.paths) | {kustomization_key} <= set(observer.first_gone), timeout=30,
-                 what="the observer's last round")
-    finally:
-        observer.stop()
-        watch.stop()
-    assert observer.order_violations(stack.dependents) == [], observer.order()
-
-
-@pytest.mark.parametrize("replay", [False, True], ids=["replay-off", "replay-on"])
-def test_deleting_the_kustomization_tears_the_stack_down_in_order(
-        realcluster: RealCluster, kustomize_controller: tuple[KustomizeController, ArtifactServer],
-        replay: bool) -> None:
-    """The reference story and the NetworkPolicy example in one Kustomization (prune: true, deletionPolicy
-    MirrorPrune, the default), deleted: Flux's finalize is refused pass after pass while the gate holds the
-    providers, and finishes in the safe order; nothing of its inventory is left."""
+def test_deleting_kustomizations_tears_their_stacks_down_in_order(
+        realcluster: RealCluster, kustomize_controller: tuple[KustomizeController, ArtifactServer]) -> None:
+    """Three Kustomizations (prune: true) deleted at once: the reference story and the NetworkPolicy example with
+    deletionPolicy MirrorPrune (the default) and replay off; the story with MirrorPrune and replay on; the story
+    with WaitForTermination. Flux's finalize is refused pass after pass while the gate holds the providers, each
+    Kustomization keeps its finalizer meanwhile, and every stack goes in the safe order; nothing of an inventory
+    is left. With WaitForTermination the Kustomization goes only after the last of its objects."""
     _, server = kustomize_controller
-    mode = "on" if replay else "off"
-    suffix = f"fxd{mode}-{uuid.uuid4().hex[:4]}"
-    stack = Stack.make(suffix, replay=replay, example=EXAMPLE)
-    kustomization = FluxKustomization(realcluster.admin, server, FLUX_NAMESPACE, f"stack-{suffix}")
-    key = f"Kustomization/{kustomization.name}"
-    with delivered_by_flux(realcluster, kustomization, stack, deletion_policy="MirrorPrune"):
-        inventory = kustomization.inventory()
-        assert len(inventory) == len(stack.paths), inventory
-        deployment = realcluster.admin.get(stack.story.deployment_path) or {}
-        labels = deployment["metadata"].get("labels") or {}
-        assert [labels.get(label) for label in OWNER_LABELS] == [kustomization.name, FLUX_NAMESPACE], labels
-        assert (kustomization.get() or {})["metadata"]["finalizers"] == [FINALIZER]
+    run = uuid.uuid4().hex[:4]
+    cases = [
+        Case.make(realcluster, server, "MirrorPrune, replay off, with the NetworkPolicy example", f"fxd-off-{run}",
+                  replay=False, deletion_policy="MirrorPrune", example=EXAMPLE),
+        Case.make(realcluster, server, "MirrorPrune, replay on", f"fxd-on-{run}", replay=True,
+                  deletion_policy="MirrorPrune"),
+        Case.make(realcluster, server, "WaitForTermination, replay off", f"fxd-wait-{run}", replay=False,
+                  deletion_policy="WaitForTermination"),
+    ]
+    with delivered_by_flux(realcluster, cases):
+        for case in cases:
+            k = case.kustomization
+            inventory = k.inventory()
+            assert len(inventory) == len(case.stack.paths), inventory
+            labels = (realcluster.admin.get(case.stack.story.deployment_path) or {})["metadata"].get("labels") or {}
+            assert [labels.get(label) for label in OWNER_LABELS] == [k.name, FLUX_NAMESPACE], labels
+            assert (k.get() or {})["metadata"]["finalizers"] == [FINALIZER]
         refused, replays = _refusals(realcluster), _replays(realcluster)
-        observer = Observer(realcluster.admin, {**stack.paths, key: kustomization.path}, interval=0.0)
-        watch = KustomizationWatch(kustomization)
-        observer.start()
-        watch.start()
+        for case in cases:
+            case.start_watching(realcluster, with_kustomization=True)
         started = time.monotonic()
-        assert realcluster.admin.delete(kustomization.path).status_code == 200
-        _gone_in_order(realcluster, observer, stack, watch, key)
+        for case in cases:
+            assert realcluster.admin.delete(case.kustomization.path).status_code == 200
+        wait_for(lambda: not any(case.left(realcluster) or case.kustomization.get() for case in cases),
+                 timeout=TIMEOUT, interval=0.5,
+                 what=f"every stack and Kustomization gone: left {[c.left(realcluster) for c in cases]}")
+        wait_for(lambda: all(c.observer is not None and set(c.stack.paths) | {c.key} <= set(c.observer.first_gone)
+                             for c in cases), timeout=30, what="the observers' last round")
+        for case in cases:
+            case.stop_watching()
         took = time.monotonic() - started
         refused, replays = _refusals(realcluster) - refused, _replays(realcluster) - replays
-        events = kustomization.events()
-    reasons = [(e["type"], e["reason"], e["message"][:80]) for e in events]
-    print(f"Flux, Kustomization deleted (MirrorPrune), replay {mode}: all gone in {took:.1f} s; the gate refused "
-          f"{refused:.0f} DELETEs, replayed {replays:.0f}; order {observer.order()}; events {reasons}")
-    assert refused > 0, "the gate refused none of Flux's DELETEs: the stack was not protected"
-    deleting = [s for s in watch.snapshots if s.deleting]
-    assert deleting and all(s.finalizers == (FINALIZER,) for s in deleting), watch.snapshots
-    assert ("Warning", "pruning for deleted resource failed") in {(t, m) for t, _, m in reasons}, reasons
-    # Everything was gone before the Kustomization but what was still terminating when Flux's last pass had
-    # every DELETE accepted (MirrorPrune does not wait).
-    if replay:
-        assert replays > 0, "replay on, yet the gate replayed nothing"
+        events = {case.key: case.kustomization.events() for case in cases}
+    print(f"Flux, 3 Kustomizations deleted at once: all gone in {took:.1f} s; the gate refused {refused:.0f} "
+          f"DELETEs, replayed {replays:.0f}")
+    assert refused > 0, "the gate refused none of Flux's DELETEs: the stacks were not protected"
+    assert replays > 0, "replay on for one stack, yet the gate replayed nothing"
+    for case in cases:
+        observer, watch = case.observer, case.watch
+        assert observer is not None and watch is not None
+        gone = (observer.gone_at[case.key] - started) if case.key in observer.gone_at else float("nan")
+        warnings = [(e["reason"], e["message"], e.get("count")) for e in events[case.key] if e["type"] == "Warning"]
+        deleting = [s for s in watch.snapshots if s.deleting]
+        print(f"  {case.title}: Kustomization gone after {gone:.1f} s; order {observer.order()}; Warning events "
+              f"{warnings}; Ready while deleting {sorted({(s.ready, s.reason) for s in deleting})}")
+        assert observer.order_violations(case.stack.dependents) == [], observer.order()
+        # What a Flux user sees while the gate refuses: the Kustomization stays (its finalizer), a Warning Event.
+        assert deleting and all(s.finalizers == (FINALIZER,) for s in deleting), watch.snapshots
+        assert "pruning for deleted resource failed" in {m for _, m, _ in warnings}, warnings
+        if case.deletion_policy == "WaitForTermination":
+            last = max(observer.first_gone[k] for k in case.stack.paths)
+            assert observer.first_gone[case.key] > last, observer.order()
 
 
-def test_wait_for_termination_keeps_the_kustomization_until_everything_is_gone(
+def test_removing_stacks_from_their_sources_prunes_them_in_order(
         realcluster: RealCluster, kustomize_controller: tuple[KustomizeController, ArtifactServer]) -> None:
-    """deletionPolicy WaitForTermination: the same refusals, and the Kustomization goes only once every object
-    of its inventory is gone (Flux waits for the last pass's objects to terminate)."""
+    """Two Kustomizations, replay off and on, each with the story and a ConfigMap; a new revision of each source
+    keeps only the ConfigMap: Flux's reconcile prunes the story, the refused objects stay in the inventory
+    (pruneSurvivors), Ready=False PruneFailed, retried at retryInterval until the story is gone in the safe
+    order; then Ready=True at the new revision with only the ConfigMap in the inventory."""
     _, server = kustomize_controller
-    suffix = f"fxw-{uuid.uuid4().hex[:4]}"
-    stack = Stack.make(suffix, replay=False)
-    kustomization = FluxKustomization(realcluster.admin, server, FLUX_NAMESPACE, f"stack-{suffix}")
-    key = f"Kustomization/{kustomization.name}"
-    with delivered_by_flux(realcluster, kustomization, stack, deletion_policy="WaitForTermination"):
-        observer = Observer(realcluster.admin, {**stack.paths, key: kustomization.path}, interval=0.0)
-        watch = KustomizationWatch(kustomization)
-        observer.start()
-        watch.start()
-        started = time.monotonic()
-        assert realcluster.admin.delete(kustomization.path).status_code == 200
-        _gone_in_order(realcluster, observer, stack, watch, key)
-        took = time.monotonic() - started
-    print(f"Flux, Kustomization deleted (WaitForTermination): all gone in {took:.1f} s; order {observer.order()}")
-    last = max(observer.first_gone[k] for k in stack.paths)
-    assert observer.first_gone[key] > last, observer.order()
-
-
-@pytest.mark.parametrize("replay", [False, True], ids=["replay-off", "replay-on"])
-def test_removing_the_stack_from_the_source_prunes_it_in_order(
-        realcluster: RealCluster, kustomize_controller: tuple[KustomizeController, ArtifactServer],
-        replay: bool) -> None:
-    """The story removed from the source (a new revision keeps one ConfigMap): Flux's reconcile prunes it, the
-    refused objects stay in the inventory, Ready=False PruneFailed, retried at retryInterval until the story is
-    gone in the safe order; then Ready=True at the new revision with only the ConfigMap in the inventory."""
-    _, server = kustomize_controller
-    mode = "on" if replay else "off"
-    suffix = f"fxp{mode}-{uuid.uuid4().hex[:4]}"
-    stack = Stack.make(suffix, replay=replay)
-    kept = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"kept-{suffix}", "namespace": "default"},
-            "data": {"kept": "yes"}}
-    stack = attrs.evolve(stack, files={**stack.files, "kept.yaml": yaml.safe_dump(kept)})
-    kustomization = FluxKustomization(realcluster.admin, server, FLUX_NAMESPACE, f"stack-{suffix}")
-    kept_path = f"/api/v1/namespaces/default/configmaps/kept-{suffix}"
-    with delivered_by_flux(realcluster, kustomization, stack):
-        before = kustomization.inventory()
+    run = uuid.uuid4().hex[:4]
+    cases = [Case.make(realcluster, server, f"replay {mode}", f"fxp-{mode}-{run}", replay=mode == "on")
+             for mode in ("off", "on")]
+    kept: dict[str, JSON] = {}
+    for case in cases:
+        name = f"kept-{case.kustomization.name}"
+        kept[case.key] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"},
+                          "data": {"kept": "yes"}}
+        case.stack = attrs.evolve(case.stack, files={**case.stack.files, "kept.yaml": yaml.safe_dump(kept[case.key])})
+    with delivered_by_flux(realcluster, cases):
+        before = {case.key: case.kustomization.inventory() for case in cases}
         refused = _refusals(realcluster)
-        observer = Observer(realcluster.admin, stack.paths, interval=0.0)
-        watch = KustomizationWatch(kustomization)
-        observer.start()
-        watch.start()
+        for case in cases:
+            case.start_watching(realcluster, with_kustomization=False)
         started = time.monotonic()
-        revision = kustomization.publish({"kept.yaml": yaml.safe_dump(kept)})
-        try:
-            wait_for(lambda: not any(realcluster.admin.exists(p) for p in stack.paths.values()), timeout=TIMEOUT,
-                     interval=0.5, what=f"the story pruned: {kustomization.get()}")
-            wait_for(lambda: set(stack.paths) <= set(observer.first_gone), timeout=30, what="the observer")
-            took = time.monotonic() - started
-            wait_for(lambda: kustomization.ready(revision), timeout=TIMEOUT, interval=0.5,
-                     what=f"Ready at {revision}: {kustomization.get()}")
-        finally:
-            observer.stop()
-            watch.stop()
+        revisions = {case.key: case.kustomization.publish({"kept.yaml": yaml.safe_dump(kept[case.key])})
+                     for case in cases}
+        wait_for(lambda: not any(case.left(realcluster) for case in cases), timeout=TIMEOUT, interval=0.5,
+                 what=f"the stories pruned: left {[c.left(realcluster) for c in cases]}")
+        took = time.monotonic() - started
+        wait_for(lambda: all(c.observer is not None and set(c.stack.paths) <= set(c.observer.first_gone)
+                             for c in cases), timeout=30, what="the observers' last round")
+        wait_for(lambda: all(c.kustomization.ready(revisions[c.key]) for c in cases), timeout=TIMEOUT, interval=0.5,
+                 what=f"Ready at {revisions}: {[c.kustomization.get() for c in cases]}")
+        for case in cases:
+            case.stop_watching()
         refused = _refusals(realcluster) - refused
-        assert observer.order_violations(stack.dependents) == [], observer.order()
-        assert kustomization.inventory() == [i for i in before if "_kept-" in i], kustomization.inventory()
-        assert realcluster.admin.exists(kept_path)
-        failed = [s for s in watch.snapshots if s.reason == "PruneFailed"]
-        print(f"Flux, the story pruned from the source, replay {mode}: gone in {took:.1f} s, the gate refused "
-              f"{refused:.0f} DELETEs; {len(failed)} PruneFailed states, e.g. {failed[:1]}")
+        print(f"Flux, 2 stories pruned from their sources at once: gone in {took:.1f} s; the gate refused "
+              f"{refused:.0f} DELETEs")
         assert refused > 0
-        assert failed and all(s.ready == "False" for s in failed), watch.snapshots
-        # pruneSurvivors: the refused objects are still in the inventory while the prune fails.
-        assert any(stack.story.name("finalizer-deployment") in i for i in failed[0].inventory), failed[0]
-        assert realcluster.admin.delete(kustomization.path).status_code == 200
-        wait_for(lambda: not realcluster.admin.exists(kept_path) and kustomization.get() is None, timeout=60,
-                 what="the kept ConfigMap deleted with its Kustomization")
+        for case in cases:
+            observer, watch, k = case.observer, case.watch, case.kustomization
+            assert observer is not None and watch is not None
+            failed = [s for s in watch.snapshots if s.reason == "PruneFailed"]
+            print(f"  {case.title}: order {observer.order()}; {len(failed)} PruneFailed states, the first "
+                  f"{failed[:1]}")
+            assert observer.order_violations(case.stack.dependents) == [], observer.order()
+            assert k.inventory() == [i for i in before[case.key] if "_kept-" in i], k.inventory()
+            assert realcluster.admin.exists(f"/api/v1/namespaces/default/configmaps/kept-{k.name}")
+            assert failed and all(s.ready == "False" for s in failed), watch.snapshots
+            # pruneSurvivors: what the gate refused is still in the inventory while the prune fails.
+            assert any(case.stack.story.name("finalizer-deployment") in i for i in failed[0].inventory), failed[0]
+        for case in cases:
+            assert realcluster.admin.delete(case.kustomization.path).status_code == 200
+        configmaps = [f"/api/v1/namespaces/default/configmaps/kept-{c.kustomization.name}" for c in cases]
+        wait_for(lambda: not any(realcluster.admin.exists(p) for p in [*configmaps, *(c.kustomization.path
+                                                                                    for c in cases)]),
+                 timeout=60, what="the kept ConfigMaps deleted with their Kustomizations")
