@@ -8,16 +8,16 @@ What Flux does, read at the tags it is built from:
   joined; the finalizer stays and controller-runtime retries the whole pass on Flux's rate limiter
   (750 ms doubling to 15 min). Only objects with the Kustomization's owner labels are deleted.
   https://github.com/fluxcd/kustomize-controller/blob/v1.9.6/internal/controller/kustomization_controller.go#L1225-L1307
-  https://github.com/fluxcd/pkg/blob/ssa/v0.76.2/ssa/manager_delete.go#L62-L120
+  https://github.com/fluxcd/pkg/blob/ssa/v0.76.2/ssa/manager_delete.go#L64-L120
   https://github.com/fluxcd/pkg/blob/runtime/v0.110.3/runtime/controller/rate_limiter.go#L28-L29
 - The order is the reverse of the apply order: webhook configurations first, then the kinds Flux does
   not list (custom resources, Pods, NetworkPolicies...), Deployments, ConfigMaps, Namespaces, CRDs last.
-  https://github.com/fluxcd/pkg/blob/ssa/v0.76.2/ssa/sort.go#L34-L64
+  https://github.com/fluxcd/pkg/blob/ssa/v0.76.2/ssa/sort.go#L36-L66
 - WaitForTermination: once a pass has every DELETE accepted, it waits (2 s polls, spec.timeout) for the
-  objects to be gone before removing the finalizer (#L1283-L1296).
+  objects to be gone before removing the finalizer (#L1276-L1289).
 - A reconcile that prunes objects removed from the source puts the refused ones back into the inventory
   (pruneSurvivors, since v1.9.0), marks Ready=False/PruneFailed and tries again at spec.retryInterval,
-  without backoff (#L514-L525, #L1136-L1190, #L300-L311).
+  without backoff (#L517-L526, #L1136-L1190, #L300-L311).
 
 What a Flux user sees, checked here: every object goes, in the safe order (the Observer), with replay off
 and on; while the gate refuses, the Kustomization stays (its finalizer `finalizers.fluxcd.io`) and Flux

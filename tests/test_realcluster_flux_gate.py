@@ -9,7 +9,7 @@ one more object of the same Kustomization).
 
 Why the same Kustomization cannot work: Flux deletes a Kustomization's inventory in the reverse of its apply
 order, and its apply order puts ValidatingWebhookConfigurations last
-(https://github.com/fluxcd/pkg/blob/ssa/v0.76.2/ssa/sort.go#L34-L64), so its finalize deletes the gate's
+(https://github.com/fluxcd/pkg/blob/ssa/v0.76.2/ssa/sort.go#L36-L66), so its finalize deletes the gate's
 registration first and everything else in the same pass, unordered by anything but kind
 (https://github.com/fluxcd/pkg/blob/ssa/v0.76.2/ssa/manager_delete.go#L100-L120). And `dependsOn` orders only
 the apply: a Kustomization being deleted runs `finalize` before looking at its source or its dependencies
