@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 import pytest
+import yaml
 
 from tests.realcluster import build, flux
 from tests.realcluster.client import Client
@@ -39,6 +40,7 @@ from tests.realcluster.teardown import FinalizerController, Observer, RepeatingD
 pytestmark = pytest.mark.realcluster
 
 TIMEOUT = 120
+DEPLOY_README = Path(__file__).resolve().parents[1] / "deploy" / "README.md"
 WEBHOOK = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/criticalsvc"
 
 
@@ -110,28 +112,39 @@ def story_controller(own: Plane, story: Story) -> Iterator[FinalizerController]:
         controller.stop()
 
 
+def documented() -> dict[str, dict[str, Any]]:
+    """The Kustomizations of deploy/README.md's "With Flux" (its first yaml block), by name: what a user copies."""
+    section = DEPLOY_README.read_text(encoding="utf-8").split("## With Flux", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(block) if d}
+
+
 def _protected(own: Plane, story: Story) -> bool:
     return own.admin.delete(story.deployment_path, params={"dryRun": "All"}).status_code == 403
 
 
 def test_the_gate_in_its_own_kustomization_keeps_app_teardowns_gated(own: Plane) -> None:
-    """The supported way: the gate's install in a Kustomization of its own with deletionPolicy: Orphan, the app's
-    Kustomization `dependsOn` it. Both Kustomizations deleted at once (as a parent's prune or `kubectl delete
-    kustomizations --all` does): the app still goes in the safe order, the gate's install stays in place."""
+    """The supported way, as deploy/README.md ("With Flux") writes it: the gate's install in a Kustomization of
+    its own with deletionPolicy: Orphan, the app's Kustomization `dependsOn` it. Both Kustomizations deleted at
+    once (as a parent's prune or `kubectl delete kustomizations --all` does): the app still goes in the safe
+    order, the gate's install stays in place."""
     suffix = f"own-{uuid.uuid4().hex[:4]}"
     story = Story.make(suffix)
+    specs = documented()
+    assert specs["criticalsvc"]["spec"]["deletionPolicy"] == "Orphan", specs
+    assert specs["shop"]["spec"]["dependsOn"] == [{"name": "criticalsvc"}], specs
     gate = FluxKustomization(own.admin, own.server, FLUX_NAMESPACE, "criticalsvc")
-    app = FluxKustomization(own.admin, own.server, FLUX_NAMESPACE, f"app-{suffix}")
+    app = FluxKustomization(own.admin, own.server, FLUX_NAMESPACE, "shop")
     assert own.kubectl("apply", "-f", "-", input=story.reader_role()).returncode == 0
     gate.create_source()
     gate_revision = gate.publish({"criticalsvc.yaml": own.install})
-    gate.create(prune=True, deletion_policy="Orphan")
+    gate.create_from(specs["criticalsvc"]["spec"])
     own.start_gate()
     wait_for(lambda: gate.ready(gate_revision), timeout=TIMEOUT, interval=0.5, what=f"the gate's Kustomization Ready: "
              f"{gate.get()}")
     app.create_source()
     revision = app.publish({"story.yaml": story.text})
-    app.create(prune=True, depends_on=("criticalsvc",))
+    app.create_from(specs["shop"]["spec"])
     paths = story.paths()
     with story_controller(own, story):
         wait_for(lambda: app.ready(revision), timeout=TIMEOUT, interval=0.5, what=f"the app Ready: {app.get()}")

@@ -321,6 +321,14 @@ class FluxKustomization:
             "apiVersion": f"{GROUP}/v1", "kind": "Kustomization",
             "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}))
 
+    def create_from(self, spec: JSON) -> None:
+        """A Kustomization with a user's `spec` (a documented one), reading this source's root instead of its
+        own sourceRef and path."""
+        spec = {**spec, "path": "./", "sourceRef": {"kind": "GitRepository", "name": self.name}}
+        _ok(self.admin.create(f"{KUSTOMIZATIONS}/namespaces/{self.namespace}/kustomizations", {
+            "apiVersion": f"{GROUP}/v1", "kind": "Kustomization",
+            "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}))
+
     def get(self) -> JSON | None:
         return self.admin.get(self.path)
 
