@@ -19,8 +19,9 @@ cache, and a file lock keeps two builds of one version (two test runs, nox and p
 
 Measured on the project's 2-core machine, cold (empty Go module and build caches): about 30 s for
 etcd, several minutes for the Kubernetes four, about 100 s for helm, and about 8.5 min wall for kwok on
-a busy machine (~80 s of CPU), 408 s wall (~250 s of CPU) for kustomize-controller, cold, on the same busy machine; see README.md, "Tests on a real
-control plane".
+a busy machine (~80 s of CPU), and 408 s wall (~250 s of CPU, its dependencies not yet in the Go
+caches) for kustomize-controller on the same busy machine; see README.md, "Tests on a real control
+plane".
 """
 
 from __future__ import annotations
