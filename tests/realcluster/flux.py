@@ -41,6 +41,8 @@ import io
 import json
 import tarfile
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,8 +171,6 @@ class KustomizeController:
         return self
 
     def _ready(self) -> bool:
-        import urllib.request
-
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(f"{self.health_url}/readyz", timeout=2) as response:
             return bool(response.status == 200)
@@ -406,8 +406,6 @@ class KustomizationWatch(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        import time
-
         while not self.stopping.is_set():
             with contextlib.suppress(Exception):
                 found = self.kustomization.get()
