@@ -260,14 +260,16 @@ def test_deleting_kustomizations_tears_their_stacks_down_in_order(
 
 def test_removing_stacks_from_their_sources_prunes_them_in_order(
         realcluster: RealCluster, kustomize_controller: tuple[KustomizeController, ArtifactServer]) -> None:
-    """Two Kustomizations, replay off and on, each with the story and a ConfigMap; a new revision of each source
-    keeps only the ConfigMap: Flux's reconcile prunes the story, the refused objects stay in the inventory
-    (pruneSurvivors), Ready=False PruneFailed, retried at retryInterval until the story is gone in the safe
-    order; then Ready=True at the new revision with only the ConfigMap in the inventory."""
+    """Two Kustomizations, each with the story and a ConfigMap (replay off, with the NetworkPolicy example too;
+    replay on); a new revision of each source keeps only the ConfigMap: Flux's reconcile prunes the story, the
+    refused objects stay in the inventory (pruneSurvivors), Ready=False PruneFailed, retried at retryInterval
+    until the story is gone in the safe order; then Ready=True at the new revision with only the ConfigMap in
+    the inventory."""
     _, server = kustomize_controller
     run = uuid.uuid4().hex[:4]
-    cases = [Case.make(realcluster, server, f"replay {mode}", f"fxp-{mode}-{run}", replay=mode == "on")
-             for mode in ("off", "on")]
+    cases = [Case.make(realcluster, server, "replay off, with the NetworkPolicy example", f"fxp-off-{run}",
+                       replay=False, example=EXAMPLE),
+             Case.make(realcluster, server, "replay on", f"fxp-on-{run}", replay=True)]
     kept: dict[str, JSON] = {}
     for case in cases:
         name = f"kept-{case.kustomization.name}"

@@ -214,6 +214,9 @@ def test_the_gate_in_the_apps_kustomization_is_unregistered_first(flux_plane: Pl
         assert observer.order()[0] == key, observer.order()
         assert violations and all(v.startswith(f"{deployment} deleted") for v in violations), violations
         assert set(crs) <= set(left), left
+        # One pass, nothing refused: Flux records a Warning Event for every refused pass, and there is none.
+        warnings = [e["message"] for e in together.events() if e["type"] == "Warning"]
+        assert warnings == [], warnings
     finally:
         for item in (flux_plane.admin.get(f"/apis/{story.group}/v1/coolresources") or {}).get("items", []):
             meta = item["metadata"]
