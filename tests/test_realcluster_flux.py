@@ -315,3 +315,14 @@ def test_removing_stacks_from_their_sources_prunes_them_in_order(
         wait_for(lambda: not any(realcluster.admin.exists(p) for p in [*configmaps, *(c.kustomization.path
                                                                                     for c in cases)]),
                  timeout=60, what="the kept ConfigMaps deleted with their Kustomizations")
+
+
+def test_the_source_crds_come_from_the_pinned_source_controller_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source CRDs are read from source-controller v1.9.0 in the Go module cache, whose hash must be the one
+    pinned in flux.py (nothing imports that module, so no go.sum line checks it): another hash is refused."""
+    if build.missing_toolchain() is not None:
+        pytest.skip(build.missing_toolchain() or "")
+    assert flux.source_controller_dir().name == f"source-controller@{flux.SOURCE_CONTROLLER_VERSION}"
+    monkeypatch.setattr(flux, "SOURCE_CONTROLLER_SUM", "h1:not-the-pinned-hash=")
+    with pytest.raises(RuntimeError, match="not h1:not-the-pinned-hash="):
+        flux.source_controller_dir()
