@@ -23,6 +23,10 @@ The deleters are the simulator's (criticalsvc/sim/clients.py), played for real:
                    retried the same way; the namespace controller deletes the content
     gc-*           one DELETE of the root ClusterRole owning the whole story (blockOwnerDeletion) with that
                    propagationPolicy; kube-controller-manager's garbage collector does the rest
+    flux           Flux's kustomize-controller v1.9.6, the real binary (tests/realcluster/flux.py): the story
+                   applied by a Kustomization (prune: true, deletionPolicy MirrorPrune), then the
+                   Kustomization deleted; Flux re-sends the whole pass of DELETEs after each refusal on its
+                   backoff (750 ms doubling). Real-only: the simulator has no Flux client (FLUX_CASES)
 
 Makespan: from the deleter's first DELETE until every object of the story (and its root) is seen gone,
 polled every ~100 ms. A case is "stuck" after STUCK_CAP s, or, once its deleter has nothing left to do
@@ -50,6 +54,7 @@ for what it deleted (50 ms doubling to 60 s) grows meanwhile.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import heapq
 import json
@@ -86,6 +91,8 @@ STUCK_CAP = 300.0
 RETRY = Backoff(initial=0.05, maximum=60.0)  # the namespace deleter's requeue of a refused deletion
 SLOW_REAL = 15.0  # the slow-finalizer table: seconds from a CR's deletion until its finalizer is removed
 SLOW_CASES = (("manifestwork", False), ("manifestwork", True))
+# Measured here only (benchmarks/replay.py's simulator has no Flux client), after the shared CASES.
+FLUX_CASES = (("flux", False), ("flux", True))
 
 
 # --- deleters -------------------------------------------------------------------------------------------
@@ -220,6 +227,20 @@ class ManifestWorkDeleter(Deleter):
         self.teardown.stopping = self.stopping
         self.first_delete = time.time()
         self.teardown.run()
+
+
+class FluxDeleter(Deleter):
+    """The user's DELETE of the Kustomization; kustomize-controller does the rest (its finalize retries every
+    refused pass on its own backoff), so this deleter is never `done`: the case ends when all is gone."""
+
+    def __init__(self, client: Any, kustomization_path: str) -> None:
+        super().__init__("flux")
+        self.client, self.path = client, kustomization_path
+
+    def work(self) -> None:
+        response = self._send_delete(self.client, self.path)
+        if response.status_code != 200:
+            raise AssertionError(f"DELETE {self.path}: {response.status_code} {response.text}")
 
 
 class RootDeleter(Deleter):
@@ -439,7 +460,8 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
     for entry in log.since_mark():
         if entry.get("event") == "deletion replayed" and str(entry.get("object", "")).endswith(suffix):
             replayed += 1
-        elif (isinstance(deleter, (RootDeleter, ManifestWorkDeleter)) and entry.get("event") == "decision"
+        elif (isinstance(deleter, (RootDeleter, ManifestWorkDeleter, FluxDeleter))
+              and entry.get("event") == "decision"
               and entry.get("result") == "denied"
               and entry.get("operation") == "DELETE" and not entry.get("dry_run")
               and str(entry.get("name", "")).endswith(suffix)
@@ -478,7 +500,7 @@ def cleanup(cluster: Any, bundle: Bundle) -> list[str]:
 
 
 def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: str,
-             finalizer_delay: float = 0.0) -> Outcome:
+             finalizer_delay: float = 0.0, flux_server: Any = None) -> Outcome:
     from tests.realcluster.manifestwork import ManifestWorkAgent
     from tests.realcluster.teardown import apply_story, wait_for
 
@@ -495,6 +517,21 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
                                              ("AppliedManifestWork", applied.applied_path)))
         wait_for(lambda: cluster.admin.delete(story.deployment_path, params={"dryRun": "All"}).status_code == 403,
                  timeout=60, what=f"the gate to protect {story.deployment_path}")
+    elif deleter == "flux":
+        from tests.realcluster.flux import FLUX_NAMESPACE, FluxKustomization
+
+        done = cluster.kubectl("apply", "-f", "-", input=story.reader_role())
+        if done.returncode != 0:
+            raise AssertionError(f"applying the reader role: {done.stderr}")
+        kustomization = FluxKustomization(cluster.admin, flux_server, FLUX_NAMESPACE, f"story-{suffix}")
+        kustomization.create_source()
+        revision = kustomization.publish({"story.yaml": story.text})
+        kustomization.create(prune=True, deletion_policy="MirrorPrune")
+        # The GitRepository is no part of the teardown (nobody deletes it): left, one small object per case.
+        bundle = attrs.evolve(bundle, extra=(("Kustomization", kustomization.path),))
+        wait_for(lambda: kustomization.ready(revision), timeout=120, what=f"{kustomization.path} Ready")
+        wait_for(lambda: cluster.admin.delete(story.deployment_path, params={"dryRun": "All"}).status_code == 403,
+                 timeout=60, what=f"the gate to protect {story.deployment_path}")
     else:
         apply_story(cluster.kubectl, cluster.admin, story)
     if replay:
@@ -509,6 +546,8 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
         running = KubectlDeleter(cluster.kubectl, story.text, repeat=RERUN if deleter == "kubectl-rerun" else None)
     elif deleter == "manifestwork":
         running = ManifestWorkDeleter(client, applied)
+    elif deleter == "flux":
+        running = FluxDeleter(client, dict(bundle.extra)["Kustomization"])
     elif deleter == "namespace":
         running = BackoffDeleter(client, bundle.namespace_targets(), propagation="Background")
     elif owned and bundle.root_path is not None:
@@ -523,7 +562,7 @@ def run(runs: int = 1, only: tuple[str, ...] = ()) -> dict[str, Any]:
     """Every case of benchmarks/replay.py `runs` times on one real control plane; rows as its sim_table's.
     `only`: just those deleters (and the ideal each ratio needs); the slow-finalizer table only if one of
     its cases is among them."""
-    cases = [c for c in CASES if not only or c[0] in only]
+    cases = [c for c in (*CASES, *FLUX_CASES) if not only or c[0] in only]
     slow_cases = [c for c in SLOW_CASES if not only or c[0] in only]
     from tests.realcluster import build
     from tests.realcluster.cluster import real_cluster
@@ -537,7 +576,14 @@ def run(runs: int = 1, only: tuple[str, ...] = ()) -> dict[str, Any]:
     ideal_outcomes: list[Outcome] = []
     outcomes: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in cases}
     slow: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in slow_cases}
-    with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp, real_cluster(binaries, Path(tmp)) as cluster:
+    with contextlib.ExitStack() as running:
+        tmp = running.enter_context(tempfile.TemporaryDirectory(prefix="bench-replay-"))
+        cluster = running.enter_context(real_cluster(binaries, Path(tmp)))
+        flux_server = None
+        if any(d == "flux" for d, _ in cases):
+            from tests.realcluster import flux
+
+            _, flux_server = running.enter_context(flux.running(cluster.plane, Path(tmp) / "flux"))
         from tests.realcluster import ocmcrds
         from tests.realcluster.manifestwork import ManifestWorkAgent
         from tests.realcluster.teardown import replay_grant
@@ -555,7 +601,7 @@ def run(runs: int = 1, only: tuple[str, ...] = ()) -> dict[str, Any]:
             ideal_outcomes.append(base)
             _progress(f"run {r + 1}/{runs} ideal", base, base.makespan)
             for deleter, replay in cases:
-                outcome = run_case(cluster, log, deleter, replay=replay,
+                outcome = run_case(cluster, log, deleter, replay=replay, flux_server=flux_server,
                                    suffix=f"{deleter}-{'on' if replay else 'off'}-{r}")
                 outcomes[deleter, replay].append(outcome)
                 _progress(f"run {r + 1}/{runs} {deleter} replay {'on' if replay else 'off'}", outcome, base.makespan)
@@ -648,7 +694,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=1, help="teardowns per case (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (last line)")
     parser.add_argument("--only", action="append", default=[], metavar="DELETER",
-                        choices=sorted({d for d, _ in CASES}),
+                        choices=sorted({d for d, _ in (*CASES, *FLUX_CASES)}),
                         help="measure just this deleter (repeatable; the ideal always runs)")
     args = parser.parse_args(argv)
     result = run(args.runs, tuple(args.only))

@@ -71,10 +71,18 @@ def realcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluste
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failing realcluster test carries the tails of the control plane's and the gate's logs."""
     report = yield
-    if report.failed and "realcluster" in getattr(item, "fixturenames", ()):
-        cluster = item.funcargs.get("realcluster") if hasattr(item, "funcargs") else None
+    funcargs = getattr(item, "funcargs", {}) if report.failed else {}
+    if "realcluster" in getattr(item, "fixturenames", ()):
+        cluster = funcargs.get("realcluster")
         if cluster is not None:
             report.sections.append(("realcluster logs", cluster.logs()))
+    # Flux's kustomize-controller (tests/test_realcluster_flux*.py): its log says why it did what it did.
+    flux = funcargs.get("kustomize_controller")
+    if flux is not None:
+        report.sections.append(("kustomize-controller log", flux[0].logs(80)))
+    plane = funcargs.get("flux_plane")
+    if plane is not None:
+        report.sections.append(("the Flux gate module's control plane, kustomize-controller and gate", plane.logs()))
     return report
 
 

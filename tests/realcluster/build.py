@@ -5,8 +5,10 @@
 Each Kubernetes minor has a Go module beside this file (`k8s-1.37/`, `k8s-1.34/`) that requires
 `k8s.io/kubernetes` at one patch release and replaces every staging module by its matching tag; etcd
 has its own (`etcd-3.6/`), kwok has its own (`kwok-0.8/`, the fake Node's kubelet), and so has helm
-(`helm-3.22/`, for the chart tests, tests/test_helm.py). `go build` turns them into kube-apiserver,
-kube-controller-manager, kube-scheduler, kubectl, etcd, kwok and helm under CACHE/<name>-<version>/,
+(`helm-3.22/`, for the chart tests, tests/test_helm.py), and so has Flux's kustomize-controller
+(`flux-1.9/`, for tests/test_realcluster_flux.py). `go build` turns them into kube-apiserver,
+kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm and kustomize-controller under
+CACHE/<name>-<version>/,
 where CACHE is $CRITICALSVC_REALCLUSTER_CACHE or ~/.cache/criticalsvc/realcluster. The Kubernetes
 binaries carry the release's version stamps (`_kubernetes_version_flags`), and their directory's name
 carries the build recipe (KUBERNETES_RECIPE), so binaries of an older recipe are never reused. kwok's
@@ -17,7 +19,9 @@ cache, and a file lock keeps two builds of one version (two test runs, nox and p
 
 Measured on the project's 2-core machine, cold (empty Go module and build caches): about 30 s for
 etcd, several minutes for the Kubernetes four, about 100 s for helm, and about 8.5 min wall for kwok on
-a busy machine (~80 s of CPU); see README.md, "Tests on a real control plane".
+a busy machine (~80 s of CPU), and 408 s wall (~250 s of CPU, its dependencies not yet in the Go
+caches) for kustomize-controller on the same busy machine; see README.md, "Tests on a real control
+plane".
 """
 
 from __future__ import annotations
@@ -62,6 +66,11 @@ KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat/node-heartbeat.
                "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml")
 HELM_MODULE = "helm-3.22"
 HELM_VERSION = "v3.22.0"
+# Flux's kustomize-controller: the newest release Go 1.26 builds (v1.10.x needs Go 1.27, its go.mod says
+# `go 1.27.0`: https://github.com/fluxcd/kustomize-controller/blob/v1.10.1/go.mod). Its CRD, and those of
+# the source kinds it watches, are read from the Go module cache at run time (flux.py).
+FLUX_MODULE = "flux-1.9"
+FLUX_VERSION = "v1.9.6"
 # -s -w: no symbol tables or DWARF; the binaries are a third smaller and never debugged here.
 LINKER_FLAGS = ("-s", "-w")
 
@@ -154,6 +163,32 @@ def ensure_helm(*, log: Any = None) -> Path:
                    what=f"Helm {HELM_VERSION}", ldflags=_helm_version_flags())
     built = cached_helm()
     assert built is not None, f"the build of helm left no binary at {helm_path()}"
+    return built
+
+
+def flux_path() -> Path:
+    return cache_root() / f"kustomize-controller-{FLUX_VERSION}" / "kustomize-controller"
+
+
+def cached_flux() -> Path | None:
+    """Flux's kustomize-controller binary, if it is already built."""
+    path = flux_path()
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def ensure_flux(*, log: Any = None) -> Path:
+    """kustomize-controller, building it when missing (minutes, when the Go caches are cold). Its main
+    package is the module's root; the `replace .../api => ./api` of its own go.mod does not apply to a
+    dependency, so the api module it requires (same version) comes from the proxy."""
+    found = cached_flux()
+    if found is not None:
+        return found
+    with _building(log) as (_, say):
+        if cached_flux() is None:
+            _build(HERE / FLUX_MODULE, ["github.com/fluxcd/kustomize-controller"], flux_path().parent, say=say,
+                   what=f"Flux kustomize-controller {FLUX_VERSION}", output="kustomize-controller")
+    built = cached_flux()
+    assert built is not None, f"the build of kustomize-controller left no binary at {flux_path()}"
     return built
 
 

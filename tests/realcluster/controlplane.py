@@ -130,10 +130,11 @@ class Process:
     argv: list[str]
     log_path: Path
     popen: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = attrs.field(factory=dict)  # set in the process' environment, over ours
 
     def start(self) -> None:
         log = self.log_path.open("ab")
-        env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+        env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")} | self.env
         self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       env=env, start_new_session=True)
         log.close()

@@ -20,7 +20,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -383,7 +383,7 @@ class Observer(threading.Thread):
             with self._lock:
                 self.gaps.append(f"{collection}: no longer served; {', '.join(missed)} went after {since}")
 
-    def order_violations(self, dependents: dict[str, Sequence[str]]) -> list[str]:
+    def order_violations(self, dependents: Mapping[str, Sequence[str]]) -> list[str]:
         """Each (provider, dependent) where the provider was deleted before the dependent, or while the dependent
         was never deleted; and each pair whose order a gap in the watches leaves unknown."""
         found = []
