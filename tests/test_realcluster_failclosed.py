@@ -49,8 +49,9 @@ def _teardown(cluster: RealCluster, story: Story) -> None:
 
 def test_a_stopped_gate_fails_gated_deletes_with_failed_calling_webhook(cluster: RealCluster) -> None:
     """No gate, no gated deletion: the API server answers 500 "failed calling webhook" for every DELETE its
-    webhooks match (protected or not), kubectl prints it, nothing is deleted; other types are unaffected.
-    Once the gate is back, the same DELETE is answered by the gate again."""
+    webhooks match - the provider, its namespace, its CriticalService - kubectl prints it, nothing is deleted;
+    what no CriticalService protects is not routed and goes (design/routing.md). Once the gate is back, the
+    same DELETE is answered by the gate again."""
     story = Story.make("stopped")
     apply_story(cluster.kubectl, cluster.admin, story)
     ns = unique("unguarded")
@@ -63,7 +64,7 @@ def test_a_stopped_gate_fails_gated_deletes_with_failed_calling_webhook(cluster:
     free = f"/apis/apps/v1/namespaces/{ns}/deployments/free"
 
     cluster.gate.stop()
-    for path, webhook in ((story.deployment_path, "workloads"), (free, "workloads"),
+    for path, webhook in ((story.deployment_path, "providers"),
                           (f"/api/v1/namespaces/{story.namespace}", "namespaces"),
                           (f"{CRITICAL_SERVICES}/{story.critical_service}", "criticalservices")):
         answer = cluster.admin.delete(path)
@@ -72,16 +73,17 @@ def test_a_stopped_gate_fails_gated_deletes_with_failed_calling_webhook(cluster:
         assert message.startswith(f'Internal error occurred: failed calling webhook "{webhook}.gate.criticalsvc.io": '
                                   f'failed to call webhook: Post "{cluster.gate.url}/validate?timeout='), message
         assert cluster.admin.exists(path) and "deletionTimestamp" not in cluster.admin.get(path)["metadata"]  # type: ignore[index]
-    printed = cluster.kubectl("delete", "deployment", "free", "-n", ns, "--wait=false")
+    printed = cluster.kubectl("delete", "deployment", story.deployment_path.rsplit("/", 1)[1], "-n",
+                              story.namespace, "--wait=false")
     assert printed.returncode == 1
     assert printed.stderr.startswith('Error from server (InternalError): Internal error occurred: failed calling '
                                      'webhook "providers.gate.criticalsvc.io"'), printed.stderr
-    assert cluster.admin.delete(f"/api/v1/namespaces/{ns}/configmaps/cfg").status_code == 200  # not a gated type
+    assert cluster.admin.delete(free).status_code == 200  # nothing protects it: not routed
+    assert cluster.admin.delete(f"/api/v1/namespaces/{ns}/configmaps/cfg").status_code == 200
+    assert cluster.admin.delete(f"/api/v1/namespaces/{ns}").status_code == 200
 
     cluster.gate.restart()
     assert cluster.admin.delete(story.deployment_path).status_code == 403
-    assert cluster.admin.delete(free).status_code == 200
-    assert cluster.admin.delete(f"/api/v1/namespaces/{ns}").status_code == 200
     _teardown(cluster, story)
 
 
