@@ -134,7 +134,7 @@ def _compile(expression: str) -> Any:
 def _compile_checked(expression: str) -> Any:
     from celpy.celparser import CELParseError
 
-    env = _env()
+    env = cel_environment()
     try:
         ast = env.compile(expression)
     except CELParseError as exc:
@@ -158,7 +158,7 @@ def _compile_checked(expression: str) -> Any:
 
 
 @functools.cache
-def _env() -> Any:
+def cel_environment() -> Any:
     import celpy  # deferred: only CriticalServices with conditions need it
 
     # celpy.Environment() raises the process's recursion limit to 2500 as a side effect (celpy/__init__.py,

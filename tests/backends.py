@@ -29,7 +29,7 @@ import httpx
 
 from tests.realcluster import build
 from tests.realcluster.client import Client
-from tests.realcluster.teardown import FinalizerController, Story
+from tests.realcluster.teardown import FinalizerController, Story, story_finalizer_controller
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -141,15 +141,8 @@ class RealBackend:
         result: subprocess.CompletedProcess[str] = self.cluster.plane.kubectl(*args, input=input, timeout=timeout)
         return result
 
-    @contextlib.contextmanager
-    def finalizer_controller(self, story: Story) -> Iterator[FinalizerController]:
-        controller = FinalizerController(self.admin, deployment_path=story.deployment_path,
-                                         crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
-        controller.start()
-        try:
-            yield controller
-        finally:
-            controller.stop()
+    def finalizer_controller(self, story: Story) -> contextlib.AbstractContextManager[FinalizerController]:
+        return story_finalizer_controller(self.admin, story)
 
     def gate_log(self) -> str:
         return "\n".join(g.process.log_path.read_text() for g in self.cluster.gate.replicas)

@@ -35,7 +35,14 @@ from tests.realcluster.cluster import built_binaries
 from tests.realcluster.controlplane import ControlPlane, free_port
 from tests.realcluster.flux import FLUX_NAMESPACE, ArtifactServer, FluxKustomization, KustomizeController
 from tests.realcluster.gate import GATE_NAMESPACE, InstalledGate, criticalsvc, outside_gate
-from tests.realcluster.teardown import FinalizerController, Observer, RepeatingDeleter, Story, wait_for
+from tests.realcluster.teardown import (
+    FinalizerController,
+    Observer,
+    RepeatingDeleter,
+    Story,
+    story_finalizer_controller,
+    wait_for,
+)
 
 pytestmark = pytest.mark.realcluster
 
@@ -101,16 +108,9 @@ def flux_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
         plane.stop()
 
 
-@contextlib.contextmanager
-def story_controller(plane: Plane, story: Story) -> Iterator[FinalizerController]:
+def story_controller(plane: Plane, story: Story) -> contextlib.AbstractContextManager[FinalizerController]:
     """The stand-in for the story's provider: removes its finalizer from deleting CRs while the Deployment exists."""
-    controller = FinalizerController(plane.admin, deployment_path=story.deployment_path,
-                                     crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
-    controller.start()
-    try:
-        yield controller
-    finally:
-        controller.stop()
+    return story_finalizer_controller(plane.admin, story)
 
 
 def documented() -> dict[str, dict[str, Any]]:

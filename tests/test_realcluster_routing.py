@@ -145,6 +145,43 @@ def test_ready_then_delete_at_once_is_refused_every_time(readable: RealCluster, 
         cluster.admin.delete(f"/api/v1/namespaces/{ns}")
 
 
+def test_a_label_that_selects_an_object_protects_it_the_moment_it_is_written(readable: RealCluster) -> None:
+    """A selected provider: the API server evaluates the selector on the stored labels, so an object labelled into
+    the set is protected at once - its DELETE right after the label's PATCH is refused, every time - and one
+    labelled out of it is not routed at all."""
+    cluster = readable
+    ns = unique("selected")
+    _namespace(cluster, ns)
+    _configmap(cluster, ns, "blocker")
+    name = unique("selects-db")
+    _service(cluster, name, {"resource": "configmaps", "namespace": ns, "selector": {"matchLabels": {"app": "db"}}},
+             ns)
+    _wait_ready(cluster, name)
+    try:
+        for attempt in range(3):
+            path = f"/api/v1/namespaces/{ns}/configmaps/c{attempt}"
+            _configmap(cluster, ns, f"c{attempt}")
+            labelled = cluster.admin.merge_patch(path, {"metadata": {"labels": {"app": "db"}}})
+            assert labelled.status_code == 200, labelled.text
+            refused = cluster.admin.delete(path)
+            assert refused.status_code == 403, f"attempt {attempt}: {refused.status_code} {refused.text}"
+            assert f"CriticalService {name} selects it by its labels" in refused.json()["message"]
+        before = _decisions(cluster)
+        unlabelled = cluster.admin.merge_patch(f"/api/v1/namespaces/{ns}/configmaps/c0",
+                                               {"metadata": {"labels": {"app": None}}})
+        assert unlabelled.status_code == 200, unlabelled.text
+        assert cluster.admin.delete(f"/api/v1/namespaces/{ns}/configmaps/c0").status_code == 200
+        assert _decisions(cluster) == before  # not routed: the gate was not asked
+    finally:
+        cluster.admin.delete(f"/api/v1/namespaces/{ns}/configmaps/blocker")
+        for i in range(3):  # a CriticalService goes after its provider set
+            wait_for(lambda i=i: cluster.admin.delete(f"/api/v1/namespaces/{ns}/configmaps/c{i}").status_code
+                     in (200, 404), timeout=60, what=f"c{i} deleted once the criterion holds")
+        wait_for(lambda: cluster.admin.delete(f"{CRITICAL_SERVICES}/{name}").status_code in (200, 404), timeout=60,
+                 what=f"{name} deleted")
+        cluster.admin.delete(f"/api/v1/namespaces/{ns}")
+
+
 def test_an_outage_refuses_only_what_is_protected(readable: RealCluster) -> None:
     cluster = readable
     guarded, free = unique("guarded"), unique("free")

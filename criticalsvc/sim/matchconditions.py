@@ -16,12 +16,12 @@ any condition false skips the webhook; otherwise any error makes the request fai
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
 
+from ..condition import cel_environment
 from ..errors import InvalidSpec
 
 # The AdmissionRequest's omitempty strings (k8s.io/api admission/v1 types.go).
@@ -100,22 +100,9 @@ def _activation(request: Mapping[str, Any]) -> dict[str, Any]:
             "oldObject": json_to_cel(request.get("oldObject"))}
 
 
-@functools.cache
-def _environment() -> Any:
-    import celpy
-
-    # celpy.Environment() raises the process's recursion limit as a side effect; keep the process's own (as
-    # criticalsvc/condition.py does).
-    limit = sys.getrecursionlimit()
-    try:
-        return celpy.Environment()
-    finally:
-        sys.setrecursionlimit(limit)
-
-
 @functools.lru_cache(maxsize=512)
 def _program(expression: str) -> Any:
-    env = _environment()
+    env = cel_environment()  # cel-python's environment, as criticalsvc/condition.py makes it
     return env.program(env.compile(expression))
 
 

@@ -20,7 +20,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +152,19 @@ class FinalizerController(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         self.join(10)
+
+
+@contextlib.contextmanager
+def story_finalizer_controller(client: Client, story: Story) -> Iterator[FinalizerController]:
+    """The stand-in for the story's provider while the block runs: removes its finalizer from deleting CRs while
+    the Deployment exists."""
+    controller = FinalizerController(client, deployment_path=story.deployment_path,
+                                     crs_path=f"/apis/{story.group}/v1/coolresources", finalizer=story.finalizer)
+    controller.start()
+    try:
+        yield controller
+    finally:
+        controller.stop()
 
 
 @attrs.define
