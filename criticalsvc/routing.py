@@ -247,11 +247,27 @@ def needed_routes(cs: CriticalService, provider_type: ResourceType) -> frozenset
 
 
 @attrs.frozen
-class Desired:
-    """What the CriticalServices need routed: per CriticalService (the cached value, spec and all) its
-    routes, and the served version and scope of every provider type (a webhook rule names both)."""
+class RouteKey:
+    """What a CriticalService's routes depend on: its name and the spec fields needed_routes reads. Not the
+    whole value, whose status-fed fields (provider_uid, deletion_timestamp) change as the status writer writes:
+    a key on those would make Ready flap after every status write until the router's next round."""
 
-    needs: Mapping[CriticalService, frozenset[Route]]
+    name: str
+    provider: Any
+    hold_updates: HoldUpdates
+    scale_to_zero: ScaleToZero
+
+
+def route_key(cs: CriticalService) -> RouteKey:
+    return RouteKey(cs.name, cs.provider, cs.hold_updates, cs.scale_to_zero)
+
+
+@attrs.frozen
+class Desired:
+    """What the CriticalServices need routed: per CriticalService (by route_key) its routes, and the served
+    version and scope of every provider type (a webhook rule names both)."""
+
+    needs: Mapping[RouteKey, frozenset[Route]]
     types: Mapping[GroupResource, ResourceType]
 
     @property
@@ -263,14 +279,14 @@ def desired(services: Iterable[CriticalService],
             lookup: Callable[[GroupResource], ResourceType | None]) -> Desired:
     """The routes the owned configuration must hold. A provider whose type is not served gets none (no
     request for it can come); it is routed once discovery or a CRD makes the type known."""
-    needs: dict[CriticalService, frozenset[Route]] = {}
+    needs: dict[RouteKey, frozenset[Route]] = {}
     types: dict[GroupResource, ResourceType] = {}
     for cs in services:
         t = lookup(cs.provider.group_resource)
         if t is None:
             continue
         types[t.group_resource] = t
-        needs[cs] = needed_routes(cs, t)
+        needs[route_key(cs)] = needed_routes(cs, t)
     return Desired(needs, types)
 
 
@@ -608,14 +624,18 @@ class Routing:
     `broad`: routes sent more broadly than they need, and why. `error`: why the last sync failed, or None."""
 
     managed: bool = False
-    needs: Mapping[CriticalService, frozenset[Route]] = attrs.field(factory=dict)
+    needs: Mapping[RouteKey, frozenset[Route]] = attrs.field(factory=dict)
     written: frozenset[Route] = frozenset()
     live: frozenset[Route] = frozenset()
     broad: Mapping[Route, str] = attrs.field(factory=dict)
     error: str | None = None
 
+    def needs_of(self, cs: CriticalService) -> frozenset[Route] | None:
+        """The routes `cs` needs as the router last computed them; None: not computed yet for this spec."""
+        return self.needs.get(route_key(cs))
+
     def enforced(self, cs: CriticalService) -> bool:
-        needs = self.needs.get(cs)
+        needs = self.needs_of(cs)
         return needs is not None and needs <= self.live
 
 

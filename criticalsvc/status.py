@@ -235,7 +235,7 @@ def _unrouted(cs: CriticalService, provider_type: GroupResource, routing: Routin
     """Ready's reason and message while the API server is not known to route what `cs` needs."""
     if not routing.managed:
         return "ProviderNotRouted", not_routed(cs, provider_type)
-    needs = routing.needs.get(cs)
+    needs = routing.needs_of(cs)
     if routing.error:
         return "RoutingFailed", (f"the gate could not route {cs.provider} (ValidatingWebhookConfiguration "
                                  f"{PROVIDERS_CONFIGURATION}): {routing.error}")
@@ -249,7 +249,7 @@ def _unrouted(cs: CriticalService, provider_type: GroupResource, routing: Routin
 
 def _narrow_condition(cs: CriticalService, routing: Routing, **kw: Any) -> dict[str, Any]:
     """RoutedNarrowly: whether what `cs` routes reaches the gate alone, or drags other requests along."""
-    broad = [(r, routing.broad[r]) for r in sorted(routing.needs.get(cs, ()), key=Route.sort_key)
+    broad = [(r, routing.broad[r]) for r in sorted(routing.needs_of(cs) or (), key=Route.sort_key)
              if r in routing.broad]
     if not broad:
         return _condition("RoutedNarrowly", True, "Narrow", f"only requests about {cs.provider} reach the gate "

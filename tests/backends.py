@@ -196,9 +196,15 @@ def protect_with_user(admin: Client, prefix: str) -> tuple[str, str, str, str]:
     return ns, f"{deployments}/provider", f"{deployments}/user", service
 
 
+STREAM_LABEL = "criticalsvc-test/stream"
+
+
 class DeleteStream(threading.Thread):
-    """Creates and deletes unprotected Deployments in a loop, counting the DELETE answers by status;
-    anything but 200 is a failure (the load of the HA and certificate-rotation tests)."""
+    """Creates and deletes Deployments in a loop, counting the DELETE answers by status; anything but 200 is a
+    failure (the load of the HA and certificate-rotation tests). Each Deployment is a provider selected by a
+    CriticalService whose criterion always holds (`start` creates it and waits until it is Ready), so every
+    DELETE is routed to the gate and allowed by it: only what a CriticalService names reaches the gate
+    (design/routing.md), and a stream of unprotected DELETEs would never reach it."""
 
     def __init__(self, client: Any, namespace: str) -> None:
         super().__init__(daemon=True, name="delete-stream")
@@ -206,13 +212,40 @@ class DeleteStream(threading.Thread):
         self.statuses: Counter[int] = Counter()
         self.failures: list[str] = []
         self.stopping = threading.Event()
+        self.service = f"stream-{namespace}"
+
+    def start(self) -> None:
+        service = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService",
+                   "metadata": {"name": self.service},
+                   "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": self.namespace,
+                                         "selector": {"matchLabels": {STREAM_LABEL: "true"}}},
+                            # A type the gate reads without extra RBAC, in another namespace (one in the set
+                            # could be labelled into it: a cycle the CREATE refuses): never there.
+                            "criteria": [{"type": "SpecificResource", "specificResource": {
+                                "group": "apps", "resource": "deployments", "namespace": "default",
+                                "name": f"never-{self.namespace}"}}]}}
+        path = f"/apis/criticalsvc.io/v1alpha1/criticalservices/{self.service}"
+        deadline = time.monotonic() + 60
+        while True:  # refused (fail closed) until the gate's caches can read what it names
+            created = self.client.create("/apis/criticalsvc.io/v1alpha1/criticalservices", service)
+            if created.status_code in (201, 409):
+                break
+            assert time.monotonic() < deadline, f"stream CriticalService not created: {created.text}"
+            time.sleep(0.2)
+        while not any(c.get("type") == "Ready" and c.get("status") == "True"
+                      for c in ((self.client.get(path) or {}).get("status") or {}).get("conditions") or []):
+            assert time.monotonic() < deadline, f"{path} not Ready within 60 s"
+            time.sleep(0.1)
+        super().start()
 
     def run(self) -> None:
         base = f"/apis/apps/v1/namespaces/{self.namespace}/deployments"
         i = 0
         while not self.stopping.is_set():
             name = f"d{i}"
-            self.client.create(base, deployment_manifest(name, self.namespace, replicas=0))
+            manifest = deployment_manifest(name, self.namespace, replicas=0)
+            manifest["metadata"].setdefault("labels", {})[STREAM_LABEL] = "true"
+            self.client.create(base, manifest)
             response = self.client.delete(f"{base}/{name}")
             self.statuses[response.status_code] += 1
             if response.status_code != 200:
@@ -222,3 +255,4 @@ class DeleteStream(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         self.join(30)
+        self.client.delete(f"/apis/criticalsvc.io/v1alpha1/criticalservices/{self.service}")

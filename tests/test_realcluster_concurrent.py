@@ -431,11 +431,19 @@ def _protected_pair(client: Client, tally: Tally) -> tuple[str, str, str, str]:
     return ns, f"{deployments}/provider", f"{deployments}/user", service
 
 
+def _is_ready(client: Client, path: str) -> bool:
+    conditions = ((client.get(path) or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def _cycle(client: Client, probe: ReplicaProbe, tally: Tally) -> None:
     """One small stack's life: created, refused while needed, released in order, gone."""
     ns, provider, user, service = _protected_pair(client, tally)
     created = time.monotonic()
     probe.wait_protected(client, provider, timeout=30)
+    # ... and routed: what a user waits for (`kubectl wait --for=condition=Ready`, design/routing.md).
+    wait_for(lambda: _is_ready(client, f"{CRITICALSERVICES}/{service}"), timeout=30, what=f"{service} Ready",
+             interval=0.05)
     tally.protect_lag.append(time.monotonic() - created)
     # The user still exists: the provider, the CriticalService and the namespace must all be refused.
     for what, path in (("provider", provider), ("CriticalService", f"{CRITICALSERVICES}/{service}"),

@@ -49,12 +49,14 @@ def _configmap(cluster: RealCluster, namespace: str, name: str) -> None:
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}}).status_code == 201
 
 
-def _service(cluster: RealCluster, name: str, provider: dict[str, Any], blocker_namespace: str, **spec: Any) -> None:
-    """A CriticalService whose one criterion (a ConfigMap `blocker` exists) is unmet; created once the gate's
-    caches can read what it names (it refuses a CREATE it cannot check, fail closed)."""
+def _service(cluster: RealCluster, name: str, provider: dict[str, Any], blocker_namespace: str, *,
+             blocker: tuple[str, str] = ("", "configmaps"), **spec: Any) -> None:
+    """A CriticalService whose one criterion (an object `blocker` of group/resource `blocker` exists) is unmet;
+    created once the gate's caches can read what it names (it refuses a CREATE it cannot check, fail closed)."""
     body = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": name},
             "spec": {"provider": provider, "criteria": [{"type": "SpecificResource", "specificResource": {
-                "resource": "configmaps", "namespace": blocker_namespace, "name": "blocker"}}], **spec}}
+                "group": blocker[0], "resource": blocker[1], "namespace": blocker_namespace, "name": "blocker"}}],
+                **spec}}
 
     def created() -> bool:
         answer = cluster.admin.create(CRITICAL_SERVICES, body)
@@ -152,10 +154,13 @@ def test_a_label_that_selects_an_object_protects_it_the_moment_it_is_written(rea
     cluster = readable
     ns = unique("selected")
     _namespace(cluster, ns)
-    _configmap(cluster, ns, "blocker")
+    # The criterion names a Deployment: a ConfigMap there could be labelled into the set it waits on (a cycle the
+    # CREATE refuses).
+    assert cluster.admin.create(f"/apis/apps/v1/namespaces/{ns}/deployments",
+                                deployment_manifest("blocker", ns, replicas=0)).status_code == 201
     name = unique("selects-db")
     _service(cluster, name, {"resource": "configmaps", "namespace": ns, "selector": {"matchLabels": {"app": "db"}}},
-             ns)
+             ns, blocker=("apps", "deployments"))
     _wait_ready(cluster, name)
     try:
         for attempt in range(3):
@@ -173,7 +178,7 @@ def test_a_label_that_selects_an_object_protects_it_the_moment_it_is_written(rea
         assert cluster.admin.delete(f"/api/v1/namespaces/{ns}/configmaps/c0").status_code == 200
         assert _decisions(cluster) == before  # not routed: the gate was not asked
     finally:
-        cluster.admin.delete(f"/api/v1/namespaces/{ns}/configmaps/blocker")
+        cluster.admin.delete(f"/apis/apps/v1/namespaces/{ns}/deployments/blocker")
         for i in range(3):  # a CriticalService goes after its provider set
             wait_for(lambda i=i: cluster.admin.delete(f"/api/v1/namespaces/{ns}/configmaps/c{i}").status_code
                      in (200, 404), timeout=60, what=f"c{i} deleted once the criterion holds")

@@ -110,7 +110,9 @@ def test_status_says_cannot_verify_until_the_grant_then_flips_and_follows_the_pr
                                   f"the gate may not list widgets.{widgets} (403 Forbidden)"), message
         assert 'ClusterRole labelled criticalsvc.io/aggregate-to-reader="true"' in message
         assert "unmetCriteria" not in status
-        assert _condition(status, "Ready")["reason"] == "Enforcing"
+        # Enforced once the API server is seen routing the provider (the routing probe, design/routing.md).
+        wait_for(lambda: _condition(_status(realcluster, name), "Ready")["reason"] == "Enforcing", timeout=30,
+                 what="Ready Enforcing")
         columns = _columns(realcluster, name)
         assert columns["BLOCKING"] == "Unknown" and columns["UNMET"] in ("", "<none>"), columns
         created = realcluster.admin.create(deployments, deployment_manifest("provider", ns, replicas=0))

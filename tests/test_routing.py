@@ -64,6 +64,7 @@ from criticalsvc.routing import (
     probe_answer,
     probe_digest,
     render,
+    route_key,
     same_configuration,
 )
 from criticalsvc.sim import matchconditions
@@ -577,15 +578,28 @@ def test_ready_says_enforcing_only_once_the_api_server_is_seen_routing_the_provi
     needs = wanted(cs).needs
     assert ready(cs, Routing(managed=False))["reason"] == "ProviderNotRouted"
     assert ready(cs, Routing(managed=True))["reason"] == "RoutePending"
-    written = Routing(managed=True, needs=needs, written=needs[cs])
+    written = Routing(managed=True, needs=needs, written=needs[route_key(cs)])
     assert ready(cs, written)["reason"] == "RoutePending" and "probe" in ready(cs, written)["message"]
     failed = ready(cs, Routing(managed=True, needs=needs, error="403 Forbidden: cannot create"))
     assert (failed["status"], failed["reason"]) == ("False", "RoutingFailed")
     assert "403 Forbidden: cannot create" in failed["message"]
-    live = Routing(managed=True, needs=needs, written=needs[cs], live=needs[cs])
+    routes = needs[route_key(cs)]
+    live = Routing(managed=True, needs=needs, written=routes, live=routes)
     assert (ready(cs, live)["status"], ready(cs, live)["reason"]) == ("True", "Enforcing")
-    partly = Routing(managed=True, needs=needs, written=needs[cs], live=frozenset(list(needs[cs])[:1]))
+    partly = Routing(managed=True, needs=needs, written=routes, live=frozenset(list(routes)[:1]))
     assert ready(cs, partly)["reason"] == "RoutePending"
+
+
+def test_ready_does_not_flap_when_the_status_writer_records_the_provider_uid() -> None:
+    """The cached CriticalService changes with its own status (providerUID): what it needs routed does not, so a
+    status write does not turn Enforcing into RoutePending until the router's next round."""
+    import attrs
+
+    cs = service("a", CONFIGMAPS)
+    needs = wanted(cs).needs
+    live = Routing(managed=True, needs=needs, written=needs[route_key(cs)], live=needs[route_key(cs)])
+    assert ready(attrs.evolve(cs, provider_uid="uid-1"), live)["reason"] == "Enforcing"
+    assert ready(attrs.evolve(cs, hold_updates=HoldUpdates.WHILE_BLOCKING), live)["reason"] == "RoutePending"
 
 
 def test_a_broadly_routed_service_says_so_in_routed_narrowly() -> None:
@@ -594,8 +608,8 @@ def test_a_broadly_routed_service_says_so_in_routed_narrowly() -> None:
     needs = wanted(cs).needs
     state = MemoryState(mapper())
     state.upsert_critical_service(cs)
-    status = compute_status(cs, state, now=0, routing=Routing(managed=True, needs=needs, written=needs[cs],
-                                                             live=needs[cs], broad=result.broad))
+    status = compute_status(cs, state, now=0, routing=Routing(managed=True, needs=needs, written=needs[route_key(cs)],
+                                                             live=needs[route_key(cs)], broad=result.broad))
     narrow = next(c for c in status["conditions"] if c["type"] == "RoutedNarrowly")
     assert (narrow["status"], narrow["reason"]) == ("False", "Broad")
     assert "every namespace DELETE" in narrow["message"]

@@ -72,7 +72,7 @@ def test_provider_of_an_unrouted_type_is_not_ready_and_says_what_to_add(story):
     Ready is False, naming what to add; the same CriticalService is Enforcing once its routes are seen live."""
     import attrs
 
-    from criticalsvc.routing import Routing, desired
+    from criticalsvc.routing import Routing, desired, route_key
 
     state, cs = story
     service = attrs.evolve(cs, provider=ObjectRef(GroupResource("", "services"), cs.provider.namespace, "webhook"))
@@ -81,7 +81,7 @@ def test_provider_of_an_unrouted_type_is_not_ready_and_says_what_to_add(story):
     assert "does not manage its routes" in ready["message"]
     assert f"add a webhook for services {cs.provider.namespace}/webhook" in ready["message"]
     needs = desired([cs], state.mapper.lookup).needs
-    live = Routing(managed=True, needs=needs, written=needs[cs], live=needs[cs])
+    live = Routing(managed=True, needs=needs, written=needs[route_key(cs)], live=needs[route_key(cs)])
     assert _cond(compute_status(cs, state, now=0, routing=live), "Ready")["reason"] == "Enforcing"
 
 
