@@ -408,8 +408,9 @@ def _decide_write(request: AdmissionRequest, state: ClusterState, manages_routes
     try:
         check_no_cycle(cs, state)
     except DependencyCycle as exc:
+        steps = f" ({'; '.join(exc.steps)})" if exc.steps else ""
         return deny(Rule.CYCLE, f'CriticalService "{cs.name}" would close a {exc}; no teardown of these '
-                    "could ever finish", warnings=tuple(_warning(w) for w in warnings))
+                    f"could ever finish{steps}", warnings=tuple(_warning(w) for w in warnings))
     return allow(Rule.VALID_SPEC, warnings=warnings)
 
 

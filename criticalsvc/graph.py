@@ -3,8 +3,9 @@
 Two granularities, both networkx DiGraphs whose edges point from what must go first to what waits:
 
 * `service_graph` — one node per CriticalService. B -> A when a criterion of A covers something in
-  B's *teardown set*: B's provider, the CriticalService B itself, or the namespace of B's provider
-  (that namespace cannot go while B's criteria are unmet). A cycle (a self-loop included: a
+  B's *teardown set*: B's provider, the CriticalService B itself, the namespace of B's provider
+  (that namespace cannot go while B's criteria are unmet), the CRD of B's provider type and the
+  CriticalServices' own CRD (rule 4: a CRD's DELETE is refused as its instances' would be). A cycle (a self-loop included: a
   criterion covering one's own provider, own namespace or oneself) is a teardown that can never
   finish; `check_no_cycle` rejects the spec that would close one.
 
@@ -35,6 +36,7 @@ import networkx as nx
 
 from . import criteria, nsorder
 from .api import (
+    CRD_NAME,
     CRDS,
     CRITICAL_SERVICES,
     NAMESPACES,
@@ -92,12 +94,27 @@ def _teardown_set(cs: CriticalService, state: ClusterState) -> list[tuple[_Membe
             provider = _Unread(ref, str(exc))
         out.append((provider, f"its provider {ref}"))
     out.append((KubeObject(CRITICAL_SERVICES, "", cs.name, labels=cs.labels), f"CriticalService {cs.name}"))
+    # Rule 4 (design/criticalservice.md §3): a CRD's DELETE is refused as its instances' would be, because CRD
+    # cleanup deletes them without admission. So the CriticalServices' own CRD waits for every CriticalService,
+    # and the CRD of a custom-resource provider waits for this one's criteria: both are part of the teardown.
+    out.append((_crd(CRITICAL_SERVICES, state), f"the CRD {CRD_NAME} (deleted only after every CriticalService)"))
+    if gr.group and gr != CRITICAL_SERVICES:
+        out.append((_crd(gr, state), f"its provider's CRD {gr.resource}.{gr.group}"))
     if namespace:
         ns_ref = ObjectRef(NAMESPACES, "", namespace)
         ns = state.get(ns_ref) or KubeObject(NAMESPACES, "", namespace,
                                              labels={"kubernetes.io/metadata.name": namespace})
         out.append((ns, f"its provider's namespace {namespace}"))
     return out
+
+
+def _crd(gr: GroupResource, state: ClusterState) -> KubeObject:
+    """The CRD that would serve `gr` (`<plural>.<group>`, which the API server enforces): the stored one when
+    it exists (its labels and finalizers decide a Resources or Finalizer criterion), else its name. A built-in
+    type with a group (apps) has no CRD; a criterion naming one covers nothing real, and the decision refuses
+    such a CRD's DELETE alike (decision._instances_of), so the edge is the decision's, not an over-approximation."""
+    ref = ObjectRef(CRDS, "", f"{gr.resource}.{gr.group}")
+    return state.get(ref) or KubeObject(CRDS, "", ref.name)
 
 
 def _may_cover(criterion: Criterion, members: ProviderSelector, state: ClusterState) -> bool:
@@ -194,7 +211,10 @@ def check_no_cycle(candidate: CriticalService, state: ClusterState) -> None:
     # Present the cycle in waiting order: a waits for b waits for ... a.
     waiting = list(reversed(cycle))
     i = waiting.index(candidate.name)
-    raise DependencyCycle(waiting[i:] + waiting[:i])
+    order = waiting[i:] + waiting[:i]
+    # Edge b -> a means a waits for b: a's step is the edge from the next name in waiting order.
+    steps = [str(certain.edges[b, a]["why"]) for a, b in zip(order, [*order[1:], order[0]], strict=True)]
+    raise DependencyCycle(order, steps)
 
 
 # --- object level ---------------------------------------------------------------------------------
