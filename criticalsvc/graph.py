@@ -5,7 +5,8 @@ Two granularities, both networkx DiGraphs whose edges point from what must go fi
 * `service_graph` — one node per CriticalService. B -> A when a criterion of A covers something in
   B's *teardown set*: B's provider, the CriticalService B itself, the namespace of B's provider
   (that namespace cannot go while B's criteria are unmet), the CRD of B's provider type and the
-  CriticalServices' own CRD (rule 4: a CRD's DELETE is refused as its instances' would be). A cycle (a self-loop included: a
+  CriticalServices' own CRD (rule 4: a CRD's DELETE is refused as its instances' would be). A cycle (a
+  self-loop included: a
   criterion covering one's own provider, own namespace or oneself) is a teardown that can never
   finish; `check_no_cycle` rejects the spec that would close one.
 

@@ -292,7 +292,8 @@ def test_waiting_for_the_critical_service_crd_is_a_cycle_of_one():
     """The CRD criticalservices.criticalsvc.io is deleted only after every CriticalService (rule 4): waiting for it
     (by name, or for every CRD to be gone) can never end."""
     a = cs("a", {"type": "SpecificResource", "specificResource": {
-        "group": "apiextensions.k8s.io", "resource": "customresourcedefinitions", "name": "criticalservices.criticalsvc.io"}})
+        "group": "apiextensions.k8s.io", "resource": "customresourcedefinitions",
+        "name": "criticalservices.criticalsvc.io"}})
     with pytest.raises(DependencyCycle, match=r"a -> a"):
         check_no_cycle(a, state_of())
     every_crd = cs("a", {"type": "Resources", "resources": {"group": "apiextensions.k8s.io",
