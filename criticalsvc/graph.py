@@ -218,6 +218,48 @@ def check_no_cycle(candidate: CriticalService, state: ClusterState) -> None:
     raise DependencyCycle(order, steps)
 
 
+NAMESPACE_STEP = "which goes only with namespace"
+
+
+def namespace_deletion_cycle(candidate: CriticalService, state: ClusterState) -> DependencyCycle | None:
+    """A cycle through `candidate` that only a teardown by namespace deletion meets, or None.
+
+    Deleting a namespace N is refused while a CriticalService B whose provider lives in N is unmet and not
+    confined to N (rule 2), and N's content is deleted only after that DELETE, by the namespace controller.
+    So when namespaces alone are deleted (`kubectl delete namespace`, a tenant cleanup), a criterion of A
+    counting an object in N waits for B's teardown too: edge B -> A. With the edges of `service_graph` such a
+    cycle can never finish that way, while every deleter that deletes objects itself finishes it; the spec is
+    admitted with a warning (design/criticalservice.md §6, found by `criticalsvc verify`). Objects that exist
+    now are looked at; B == A is left to the warning of the provider's own namespace (decision.py)."""
+    services = [*(cs for cs in state.critical_services() if cs.name != candidate.name), candidate]
+    graph = service_graph(services, state)
+    extended = nx.DiGraph(nx.subgraph_view(graph, filter_edge=lambda u, v: "unverified" not in graph.edges[u, v]))
+    for b in services:
+        ns = b.provider.namespace
+        if not ns or nsorder.confined(b):
+            continue
+        for a in services:
+            if a.name == b.name or extended.has_edge(b.name, a.name):
+                continue
+            for i, c in enumerate(a.criteria):
+                try:
+                    inside = next((o for o in criteria.blocking_objects(c, state) if o.namespace == ns), None)
+                except StateUnavailable:
+                    continue  # advice only: a type the gate cannot read now adds no warning
+                if inside is not None:
+                    extended.add_edge(b.name, a.name, why=f"{a.name}.spec.criteria[{i}] waits for {inside.ref}, "
+                                      f"{NAMESPACE_STEP} {ns} ({b.name}'s provider's)")
+                    break
+    cycle = find_service_cycle(extended, candidate.name)
+    if cycle is None:
+        return None
+    waiting = list(reversed(cycle))
+    i = waiting.index(candidate.name)
+    order = waiting[i:] + waiting[:i]
+    steps = [str(extended.edges[b, a]["why"]) for a, b in zip(order, [*order[1:], order[0]], strict=True)]
+    return DependencyCycle(order, steps)
+
+
 # --- object level ---------------------------------------------------------------------------------
 @attrs.frozen
 class Plan:

@@ -151,3 +151,17 @@ def test_a_finding_replays_from_its_bundle(tmp_path, capsys):
     assert command[:2] == ["criticalsvc", "simulate"]
     assert main(command[1:]) == 1
     assert "STUCK" in capsys.readouterr().out
+
+
+def test_the_namespace_content_cycle_is_admitted_with_a_warning_naming_the_namespace_step():
+    """The CREATE that closes it is admitted (kubectl, the ManifestWork agent, the garbage collector finish it) but
+    warns that deleting only the namespaces never will, naming the object that goes only with its namespace."""
+    from criticalsvc.commands.simulate import record_warnings
+    from criticalsvc.manifests import load_path
+
+    cluster = Cluster()
+    warnings = record_warnings(cluster)
+    cluster.load(load_path(str(BUNDLES / "verify-namespace-cycle.yaml")))
+    assert [w.text for w in warnings] == [
+        "deleting only the namespaces can never finish cs1 -> cs0 -> cs1: cs0.spec.criteria[0] waits for configmaps "
+        "b/c, which goes only with namespace b (cs1's provider's); delete it first (design/criticalservice.md §6)"]
