@@ -165,3 +165,19 @@ def test_the_namespace_content_cycle_is_admitted_with_a_warning_naming_the_names
     assert [w.text for w in warnings] == [
         "deleting only the namespaces can never finish cs1 -> cs0 -> cs1: cs0.spec.criteria[0] waits for configmaps "
         "b/c, which goes only with namespace b (cs1's provider's); delete it first (design/criticalservice.md §6)"]
+
+
+def test_the_command_prints_the_bound_and_writes_each_finding_as_a_bundle_that_replays(tmp_path, capsys):
+    """`criticalsvc verify --no-gate` on a tiny bound: exit 1, the summary, one bundle per finding and its command,
+    which `simulate` runs to the same stuck end; with the gate, the same bound finds nothing (exit 0)."""
+    bound = ["--bound", "services=1,providers=deploy,criteria_menu=finalizer,depth=0", "--deleter", "manifestwork",
+             "-q", "--out", str(tmp_path)]
+    assert main(["verify", *bound, "--no-gate"]) == 1
+    out = capsys.readouterr().out
+    assert "1 configurations enumerated, 0 refused at CREATE" in out and "2 distinct minimized violation(s)" in out
+    commands = [line.split("replay: ", 1)[1] for line in out.splitlines() if line.strip().startswith("replay: ")]
+    assert len(commands) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["finding-001.yaml", "finding-002.yaml"]
+    assert main([*commands[0].split()[1:], "--no-gate"]) == 1
+    assert "STUCK" in capsys.readouterr().out
+    assert main(["verify", *bound]) == 0
+    assert "0 distinct minimized violation(s)" in capsys.readouterr().out

@@ -88,9 +88,10 @@ class Run:
         return frozenset(v.property for v in self.violations)
 
 
-def admitted(config: Configuration) -> str | None:
-    """None when every CREATE of `config` is admitted by the real gate, else the refusal."""
-    cluster = Cluster()
+def admitted(config: Configuration, *, cluster_factory: Callable[..., Cluster] = Cluster) -> str | None:
+    """None when every CREATE of `config` is admitted by the real gate (the factory's: none without one), else
+    the refusal."""
+    cluster = cluster_factory()
     cluster.load(_manifests(objects(config)))
     for i in range(len(config.services)):
         try:
@@ -193,7 +194,7 @@ def explore(bound: Bound, *, limit: int | None = 5000, deleters: Sequence[str] =
     """The whole search; `limit` caps the interleavings of one family (reported when reached)."""
     report = Report(bound)
     started = time.monotonic()
-    admission = _Admission()
+    admission = _Admission(cluster_factory)
     for config in configurations(bound):
         if not only(config):
             continue
@@ -226,12 +227,13 @@ def explore(bound: Bound, *, limit: int | None = 5000, deleters: Sequence[str] =
 class _Admission:
     """`admitted`, remembered for one search: minimization asks again about the same smaller configurations."""
 
-    def __init__(self) -> None:
+    def __init__(self, cluster_factory: Callable[..., Cluster]) -> None:
+        self.cluster_factory = cluster_factory
         self._seen: dict[Configuration, str | None] = {}
 
     def __call__(self, config: Configuration) -> str | None:
         if config not in self._seen:
-            self._seen[config] = admitted(config)
+            self._seen[config] = admitted(config, cluster_factory=self.cluster_factory)
         return self._seen[config]
 
 
