@@ -28,6 +28,7 @@ acyclic set, itself a configuration of the enumeration, admitted in every order.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -222,7 +223,7 @@ def objects(config: Configuration, *, owned: bool = False) -> list[dict[str, Any
     if owned:
         out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": ROOT}})
     for key in config.objects:
-        obj = yaml.safe_load(yaml.safe_dump(OBJECTS[key]))  # a deep copy
+        obj = copy.deepcopy(OBJECTS[key])
         md = obj["metadata"]
         if key == "widget" and config.finalizer:
             md["finalizers"] = [FINALIZER]
