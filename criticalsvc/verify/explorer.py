@@ -43,7 +43,6 @@ from .interleavings import ChoiceRandom, Path, paths, render
 from .oracle import Oracle, Violation
 
 DELETERS = ("kubectl", "kubectl-repeat", "namespace", "manifestwork", "gc")
-RETRYING = frozenset({"kubectl-repeat", "namespace", "manifestwork", "gc"})
 REPEAT = 30.0  # kubectl-repeat: a person re-running `kubectl delete -f` every 30 s
 CLIENT = {"kubectl": "kubectl", "kubectl-repeat": "kubectl", "namespace": "namespace", "manifestwork": "manifestwork",
           "gc": "gc-background"}
@@ -121,7 +120,7 @@ def run_one(config: Configuration, path: Path, *, deleter: str, replay: bool,
     cluster.teardown(CLIENT[deleter], repeat=REPEAT if deleter == "kubectl-repeat" else None)
     verdict = cluster.run()
     refused = {r for c in cluster.clients for r in c.refused}
-    oracle.judge(verdict, deleter=deleter, complete=deleter in RETRYING or replay, refused=refused)
+    oracle.judge(verdict, deleter=deleter, replay=replay, refused=refused)
     trace = hash(tuple((e.actor, e.verb, str(e.ref), e.outcome) for e in cluster.timeline.events))
     return Run(config, deleter, replay, tuple(order), tuple(path.taken[file_choices:]), tuple(oracle.violations),
                verdict.completed, trace)
@@ -267,7 +266,8 @@ def minimize(found: Run, *, depth: int, cluster_factory: Callable[..., Cluster] 
                 continue
             for r in family(smaller, deleter=found.deleter, replay=found.replay, depth=depth, limit=200,
                             cluster_factory=cluster_factory):
-                if r.properties >= found.properties:
+                subjects = {v.subject for v in r.violations}
+                if r.properties >= found.properties and subjects <= {v.subject for v in current.violations}:
                     current, progress = r, True
                     break
             if progress:

@@ -33,8 +33,12 @@ from ..sim.store import Store, WatchEvent
 from .configurations import CRD_NAME, CRITERIA, FINALIZER, GROUP, OBJECTS, PLURAL, PROTECTED, PROVIDERS, Configuration
 
 NAMESPACES = GroupResource("", "namespaces")
+# The catalogue object each provider is (or selects).
+PROVIDER_OBJECT = {"deploy": "deploy", "cm": "cm", "widget": "widget", "cm-selector": "cm",
+                   "widget-selector": "widget", "ns-a": "ns-a", "crd": "crd"}
 CRDS = GroupResource("apiextensions.k8s.io", "customresourcedefinitions")
 CRITICAL_SERVICES = GroupResource("criticalsvc.io", "criticalservices")
+RETRYING = frozenset({"kubectl-repeat", "namespace", "manifestwork", "gc"})  # the deleters that retry, or whose GC does
 WIDGETS = GroupResource(GROUP, PLURAL)
 
 
@@ -42,6 +46,7 @@ WIDGETS = GroupResource(GROUP, PLURAL)
 class Violation:
     property: str  # "safety" or "liveness"
     text: str
+    subject: str = ""  # the object it is about: minimization keeps a smaller run only if it is about the same
 
 
 def _gr(d: Mapping[str, Any]) -> GroupResource:
@@ -127,22 +132,23 @@ class Oracle:
         self._going.add(ref)
         how = "is gone" if event.type == "DELETED" else "is marked for deletion"
         if all(_labels(obj).get(k) == v for k, v in PROTECTED.items()):
-            self._add("safety", f"{ref} {how} although labelled deletion-protected")
+            self._add("safety", f"{ref} {how} although labelled deletion-protected", ref)
         for i in range(len(self.config.services)):
             name = f"cs{i}"
             if self._provides(i, event.group_resource, obj) and (unmet := self.unmet(i)):
-                self._add("safety", f"provider {ref} of {name} {how} while its criteria are unmet ({'; '.join(unmet)})")
+                self._add("safety", f"provider {ref} of {name} {how} while its criteria are unmet ({'; '.join(unmet)})",
+                          ref)
             if event.group_resource == NAMESPACES and not self.confined(i, ref.name):
                 here = [p for p in self.providers(i) if p.namespace == ref.name]
                 if here and (unmet := self.unmet(i)):
                     self._add("safety", f"namespace {ref.name} {how} while it holds {name}'s provider "
-                              f"{', '.join(map(str, here))} and {name}'s criteria are unmet ({'; '.join(unmet)})")
+                              f"{', '.join(map(str, here))} and {name}'s criteria are unmet ({'; '.join(unmet)})", ref)
             if ref == ObjectRef(CRITICAL_SERVICES, "", name) and (left := self.providers(i)):
                 self._add("safety", f"CriticalService {name} {how} while its provider {', '.join(map(str, left))} "
-                          "exists")
+                          "exists", ref)
 
-    def _add(self, prop: str, text: str) -> None:
-        self.violations.append(Violation(prop, text))
+    def _add(self, prop: str, text: str, subject: object = "") -> None:
+        self.violations.append(Violation(prop, text, str(subject)))
 
     # --- liveness -------------------------------------------------------------------------------------
     def stays(self, deleter: str = "") -> set[ObjectRef]:
@@ -180,6 +186,9 @@ class Oracle:
             counted = [c for key in s.criteria for c in self._covered(key)]
             providers = self.providers(i)
             me = ObjectRef(CRITICAL_SERVICES, "", f"cs{i}")
+            spec_ns = PROVIDERS[s.provider].get("namespace")
+            if spec_ns and spec_ns in terminating:  # rule 3: it goes after its provider's namespace
+                graph.add_edge(me, ObjectRef(NAMESPACES, "", spec_ns))
             for p in providers:
                 graph.add_edge(me, p)
                 waiters = [p]
@@ -192,6 +201,11 @@ class Oracle:
         if self.config.protected and "cm" in self.config.objects:
             md = OBJECTS["cm"]["metadata"]
             stuck.add(ObjectRef(GroupResource("", "configmaps"), md["namespace"], md["name"]))
+        if self.config.finalizer and not any(PROVIDER_OBJECT[s.provider] in self.config.objects
+                                             for s in self.config.services if "finalizer" in s.criteria):
+            # §6 "Finalizers held by an absent controller": no provider of a Finalizer criterion was ever there to
+            # run the controller, so the Widget keeps its finalizer. (One that went too early is a safety finding.)
+            stuck.update(r for r in left if r.group_resource == WIDGETS)
         for scc in nx.strongly_connected_components(graph):
             if not any((u, v) in namespace_edges for u in scc for v in scc):
                 continue
@@ -220,18 +234,26 @@ class Oracle:
                 or ())
         return ref in self._covered(key)
 
-    def judge(self, verdict: TeardownVerdict, *, deleter: str, complete: bool, refused: Iterable[ObjectRef]) -> None:
-        """`complete`: the deleter retries, or replay is on; `refused`: what a one-pass deleter was refused."""
+    def judge(self, verdict: TeardownVerdict, *, deleter: str, replay: bool, refused: Iterable[ObjectRef]) -> None:
+        """Liveness: everything goes but `stays` with a retrying deleter or replay on; else only what the one-pass
+        deleter was (`refused`) is left besides, none of it terminating."""
+        complete = replay or deleter in RETRYING
         stays = self.stays(deleter)
         left = [h for h in verdict.remaining if h.ref not in stays]
+        if deleter == "manifestwork" and stays & {h.ref for h in verdict.remaining} and not replay:
+            # The agent removes its AppliedManifestWork only once everything it deleted is gone, and only then does
+            # the garbage collector retry what the gate refused (design/kubernetes-semantics.md §8): an object that
+            # stays (deletion-protected) leaves the refused ones where a one-pass deleter would (§6).
+            complete = False
         if complete:
             for h in left:
-                self._add("liveness", f"{h.ref} stays: {'; '.join(h.reasons)}")
+                self._add("liveness", f"{h.ref} stays: {'; '.join(h.reasons)}", h.ref)
             return
         refused = set(refused)
         for h in left:
             if h.terminating:
-                self._add("liveness", f"{h.ref} is left half-deleted (terminating for good): {'; '.join(h.reasons)}")
+                self._add("liveness", f"{h.ref} is left half-deleted (terminating for good): {'; '.join(h.reasons)}",
+                          h.ref)
             elif h.ref not in refused:
                 self._add("liveness", f"{h.ref} stays though the deleter was never refused on it: "
-                          f"{'; '.join(h.reasons)}")
+                          f"{'; '.join(h.reasons)}", h.ref)
