@@ -7,12 +7,14 @@ and the counterexamples it found, which are now refused at CREATE or documented 
   finds the CRD cycle and minimizes it to the two CriticalServices of tests/bundles/verify-crd-cycle.yaml;
   with the gate off it finds an unsafe teardown (a provider gone while its criteria are unmet).
 * The counterexamples: the CRD cycle's bundle is refused at CREATE naming the CRD edge; the namespace-content
-  cycle (design/criticalservice.md §6) tears down with every deleter but namespace deletion, which leaves
-  exactly what the oracle's documented limit says.
+  cycle (design/criticalservice.md §6) is admitted with a warning and tears down with every deleter but
+  namespace deletion, which leaves exactly what the oracle's documented limit says; a ManifestWork held by a
+  deletion-protected object leaves what the gate refused unless replay is on (§6).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +183,17 @@ def test_the_command_prints_the_bound_and_writes_each_finding_as_a_bundle_that_r
     assert "STUCK" in capsys.readouterr().out
     assert main(["verify", *bound]) == 0
     assert "0 distinct minimized violation(s)" in capsys.readouterr().out
+
+
+def test_a_manifestwork_held_by_a_protected_object_leaves_what_the_gate_refused_unless_replay_is_on(tmp_path, capsys):
+    """tests/bundles/verify-manifestwork-held.yaml: without replay, what the agent was refused (a/d, namespace a,
+    cs0) stays beside the labelled ConfigMap and its namespace; with replayDeletion only those two stay."""
+    bundle = BUNDLES / "verify-manifestwork-held.yaml"
+    assert main(["simulate", "-f", str(bundle), "--client", "manifestwork", "-o", "json"]) == 1
+    remaining = sorted(h["object"]["name"] for h in json.loads(capsys.readouterr().out)["verdict"]["remaining"])
+    assert remaining == ["a", "b", "c", "cs0", "d"]
+    replayed = tmp_path / "replayed.yaml"
+    replayed.write_text(bundle.read_text().replace("  criteria:\n", "  replayDeletion: WhenTearingDown\n  criteria:\n"))
+    assert main(["simulate", "-f", str(replayed), "--client", "manifestwork", "-o", "json"]) == 1
+    remaining = sorted(h["object"]["name"] for h in json.loads(capsys.readouterr().out)["verdict"]["remaining"])
+    assert remaining == ["b", "c"]
