@@ -44,6 +44,15 @@ def test_the_ci_bound_finds_nothing_and_covers_what_it_says():
     assert report.runs >= 3 * admitted * len(DELETERS) * 2 and report.truncated == 0, report.summary()
 
 
+def test_the_ci_pairs_bound_finds_nothing():
+    """Every admitted pair over the providers and criteria that reach across objects, types and namespaces (the CRD
+    cycle among them, now refused at CREATE), torn down every way, canonical interleaving."""
+    report = explore(BOUNDS["ci-pairs"])
+    assert report.findings == {}, "\n".join(f"{k}: {f.minimal.violations}" for k, f in report.findings.items())
+    assert (report.configurations, report.refused) == (230, 118), report.summary()
+    assert report.runs == 112 * len(DELETERS) * 2
+
+
 def _without_crd_edges(cs: Any, state: Any) -> Any:
     return [(m, w) for m, w in _TEARDOWN_SET(cs, state) if "CRD" not in w]
 

@@ -118,6 +118,9 @@ class Bound:
 # The bound CI runs (tests/test_verify.py, within ~45 s on 2 cores) and the one `nox -s explore` runs.
 BOUNDS: dict[str, Bound] = {
     "ci": Bound(services=1, criteria=1, depth=1),
+    # Pairs, where cycles live, over the providers and criteria that reach across objects, types and namespaces.
+    "ci-pairs": Bound(services=2, criteria=1, providers=("deploy", "widget", "cm-selector", "ns-a"),
+                      criteria_menu=("crd", "deploy", "cm", "ns-b", "widgets"), depth=0),
     "large": Bound(services=2, criteria=1, protected_label=True, depth=2),
 }
 _INTS = ("services", "criteria", "depth")
@@ -125,7 +128,7 @@ _MAX = {"services": 4, "criteria": 3, "depth": 64}
 
 
 def parse_bound(text: str) -> Bound:
-    """`ci`, `large`, or `key=value,...` over a named bound's fields (`large,depth=3` starts from large):
+    """`ci`, `ci-pairs`, `large`, or `key=value,...` over a named bound's fields (`large,depth=3` starts from large):
     services, criteria, depth (integers), protected (yes/no), providers and criteria_menu (`+`-separated keys)."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts:
