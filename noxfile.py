@@ -57,7 +57,7 @@ def scenarios(session: nox.Session) -> None:
 def explore(session: nox.Session) -> None:
     """The bounded model checker at its large bound (design/criticalservice.md §7): every pair of CriticalServices
     over the catalogue, with and without the deletion-protected label, every deleter, replay off and on. CI runs
-    the `ci` bound in tests/test_verify.py. `-- --bound large,depth=2` (or any bound) to go further; minimized
+    the `ci` and `ci-pairs` bounds in tests/test_verify.py. `-- --bound large,depth=2` (or any bound) to go further; minimized
     bundles of what it finds go to verify-findings/. Exit 1 when something is found."""
     _install(session)
     args = session.posargs or ["--bound", "large"]
