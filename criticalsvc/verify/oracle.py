@@ -30,7 +30,7 @@ import networkx as nx
 from ..api import GroupResource, ObjectRef
 from ..sim.cluster import TeardownVerdict
 from ..sim.store import Store, WatchEvent
-from .configurations import CRD_NAME, CRITERIA, FINALIZER, GROUP, OBJECTS, PLURAL, PROTECTED, PROVIDERS, Configuration
+from .configurations import CRD_NAME, CRITERIA, GROUP, OBJECTS, PLURAL, PROTECTED, PROVIDERS, Configuration
 
 NAMESPACES = GroupResource("", "namespaces")
 # The catalogue object each provider is (or selects).
@@ -158,11 +158,13 @@ class Oracle:
         namespace's DELETE" - which holds only when the deleter deletes namespaces and leaves their content
         to the namespace controller (`namespace`), and is the documented limit of design/criticalservice.md §6
         ("Same namespace, partly", also through other CriticalServices; a Namespace provider whose criteria
-        count its own content, as for OpenKruise's Cascading, is its smallest case).
+        count its own content, as for OpenKruise's Cascading, is its smallest case), or for a Widget whose
+        Finalizer controller's provider was never there (§6, "Finalizers held by an absent controller").
 
         A cycle without such a wait is not excused: the CREATE's cycle check exists to refuse it.
         The waits, in the oracle's own words (design/criticalservice.md §3):
-        a provider waits for what its criteria count; a CriticalService for its providers; a namespace for
+        a provider waits for what its criteria count; a CriticalService for its providers and its provider's
+        terminating namespace (rule 3); a namespace for
         its content and, unless the CriticalService is confined to it, for what the criteria of a
         CriticalService whose provider lives there count; a CRD for its instances and, if some provider is one
         of them, for what that provider's criteria count; the CRD criticalservices.criticalsvc.io for every
@@ -225,14 +227,6 @@ class Oracle:
     def _terminating(self, ref: ObjectRef) -> bool:
         obj = self.store.get(ref.group_resource, ref.namespace, ref.name)
         return obj is not None and bool(obj["metadata"].get("deletionTimestamp"))
-
-    def _counts(self, key: str, ref: ObjectRef) -> bool:
-        c = CRITERIA[key]
-        if c["type"] == "Finalizer":
-            return ref.group_resource == WIDGETS and FINALIZER in (
-                (self.store.get(WIDGETS, ref.namespace, ref.name) or {"metadata": {}})["metadata"].get("finalizers")
-                or ())
-        return ref in self._covered(key)
 
     def judge(self, verdict: TeardownVerdict, *, deleter: str, replay: bool, refused: Iterable[ObjectRef]) -> None:
         """Liveness: everything goes but `stays` with a retrying deleter or replay on; else only what the one-pass
