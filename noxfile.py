@@ -1,4 +1,5 @@
-"""Sessions: tests (the default CI run), scenarios (big property profile), mutants, lint, typecheck, bench."""
+"""Sessions: tests (the default CI run), scenarios (big property profile), explore (the model checker's large
+bound), mutants, lint, typecheck, bench."""
 
 import os
 import shutil
@@ -50,6 +51,17 @@ def scenarios(session: nox.Session) -> None:
     profile = "big" if "--big" in session.posargs else "ci"
     args = [a for a in session.posargs if a != "--big"]
     session.run("pytest", "tests/test_scenarios.py", *args, env={"HYPOTHESIS_PROFILE": profile})
+
+
+@nox.session
+def explore(session: nox.Session) -> None:
+    """The bounded model checker at its large bound (design/criticalservice.md §7): every pair of CriticalServices
+    over the catalogue, with and without the deletion-protected label, every deleter, replay off and on. CI runs
+    the `ci` and `ci-pairs` bounds in tests/test_verify.py. `-- --bound large,depth=2` (or any bound) to go further; minimized
+    bundles of what it finds go to verify-findings/. Exit 1 when something is found."""
+    _install(session)
+    args = session.posargs or ["--bound", "large"]
+    session.run("criticalsvc", "verify", *args)
 
 
 @nox.session

@@ -406,13 +406,20 @@ def _decide_write(request: AdmissionRequest, state: ClusterState, manages_routes
         if old is not None and _same_spec(old, cs):
             return allow(Rule.VALID_SPEC)  # metadata-only edits (labels, break-glass) are never blocked
     warnings = list(_spec_warnings(cs, state, manages_routes))
-    from .graph import check_no_cycle  # the graph layer builds on criteria; imported late to keep this light
+    from .graph import NAMESPACE_STEP, check_no_cycle, namespace_deletion_cycle  # graph builds on criteria
 
     try:
         check_no_cycle(cs, state)
+        if (nscycle := namespace_deletion_cycle(cs, state)) is not None:
+            names = " -> ".join([*nscycle.cycle, nscycle.cycle[0]])
+            # Only the steps through a namespace: the others are ordinary waits (the warning's 256 characters).
+            through = "; ".join(s for s in nscycle.steps if NAMESPACE_STEP in s)
+            warnings.append(f"deleting only the namespaces can never finish {names}: {through}; delete it first "
+                            "(design/criticalservice.md §6)")
     except DependencyCycle as exc:
+        steps = f" ({'; '.join(exc.steps)})" if exc.steps else ""
         return deny(Rule.CYCLE, f'CriticalService "{cs.name}" would close a {exc}; no teardown of these '
-                    "could ever finish", warnings=tuple(_warning(w) for w in warnings))
+                    f"could ever finish{steps}", warnings=tuple(_warning(w) for w in warnings))
     return allow(Rule.VALID_SPEC, warnings=warnings)
 
 

@@ -60,8 +60,11 @@ class MalformedManifest(InvalidInput):
 class DependencyCycle(CriticalsvcError):
     """CriticalServices whose criteria wait for each other: a teardown of them can never finish."""
 
-    def __init__(self, cycle: Sequence[str]) -> None:
+    def __init__(self, cycle: Sequence[str], steps: Sequence[str] = ()) -> None:
         self.cycle = tuple(cycle)
+        # Why each CriticalService of the cycle waits for the next (graph.service_graph's `why`), in the same
+        # order: an edge through a CRD, a namespace or a selector is not visible from the names alone.
+        self.steps = tuple(steps)
         super().__init__(str(self))
 
     def __str__(self) -> str:

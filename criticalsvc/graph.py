@@ -3,8 +3,10 @@
 Two granularities, both networkx DiGraphs whose edges point from what must go first to what waits:
 
 * `service_graph` — one node per CriticalService. B -> A when a criterion of A covers something in
-  B's *teardown set*: B's provider, the CriticalService B itself, or the namespace of B's provider
-  (that namespace cannot go while B's criteria are unmet). A cycle (a self-loop included: a
+  B's *teardown set*: B's provider, the CriticalService B itself, the namespace of B's provider
+  (that namespace cannot go while B's criteria are unmet), the CRD of B's provider type and the
+  CriticalServices' own CRD (rule 4: a CRD's DELETE is refused as its instances' would be). A cycle (a
+  self-loop included: a
   criterion covering one's own provider, own namespace or oneself) is a teardown that can never
   finish; `check_no_cycle` rejects the spec that would close one.
 
@@ -35,6 +37,7 @@ import networkx as nx
 
 from . import criteria, nsorder
 from .api import (
+    CRD_NAME,
     CRDS,
     CRITICAL_SERVICES,
     NAMESPACES,
@@ -92,12 +95,27 @@ def _teardown_set(cs: CriticalService, state: ClusterState) -> list[tuple[_Membe
             provider = _Unread(ref, str(exc))
         out.append((provider, f"its provider {ref}"))
     out.append((KubeObject(CRITICAL_SERVICES, "", cs.name, labels=cs.labels), f"CriticalService {cs.name}"))
+    # Rule 4 (design/criticalservice.md §3): a CRD's DELETE is refused as its instances' would be, because CRD
+    # cleanup deletes them without admission. So the CriticalServices' own CRD waits for every CriticalService,
+    # and the CRD of a custom-resource provider waits for this one's criteria: both are part of the teardown.
+    out.append((_crd(CRITICAL_SERVICES, state), f"the CRD {CRD_NAME} (deleted only after every CriticalService)"))
+    if gr.group and gr != CRITICAL_SERVICES:
+        out.append((_crd(gr, state), f"its provider's CRD {gr.resource}.{gr.group}"))
     if namespace:
         ns_ref = ObjectRef(NAMESPACES, "", namespace)
         ns = state.get(ns_ref) or KubeObject(NAMESPACES, "", namespace,
                                              labels={"kubernetes.io/metadata.name": namespace})
         out.append((ns, f"its provider's namespace {namespace}"))
     return out
+
+
+def _crd(gr: GroupResource, state: ClusterState) -> KubeObject:
+    """The CRD that would serve `gr` (`<plural>.<group>`, which the API server enforces): the stored one when
+    it exists (its labels and finalizers decide a Resources or Finalizer criterion), else its name. A built-in
+    type with a group (apps) has no CRD; a criterion naming one covers nothing real, and the decision refuses
+    such a CRD's DELETE alike (decision._instances_of), so the edge is the decision's, not an over-approximation."""
+    ref = ObjectRef(CRDS, "", f"{gr.resource}.{gr.group}")
+    return state.get(ref) or KubeObject(CRDS, "", ref.name)
 
 
 def _may_cover(criterion: Criterion, members: ProviderSelector, state: ClusterState) -> bool:
@@ -194,7 +212,52 @@ def check_no_cycle(candidate: CriticalService, state: ClusterState) -> None:
     # Present the cycle in waiting order: a waits for b waits for ... a.
     waiting = list(reversed(cycle))
     i = waiting.index(candidate.name)
-    raise DependencyCycle(waiting[i:] + waiting[:i])
+    order = waiting[i:] + waiting[:i]
+    # Edge b -> a means a waits for b: a's step is the edge from the next name in waiting order.
+    steps = [str(certain.edges[b, a]["why"]) for a, b in zip(order, [*order[1:], order[0]], strict=True)]
+    raise DependencyCycle(order, steps)
+
+
+NAMESPACE_STEP = "which goes only with namespace"
+
+
+def namespace_deletion_cycle(candidate: CriticalService, state: ClusterState) -> DependencyCycle | None:
+    """A cycle through `candidate` that only a teardown by namespace deletion meets, or None.
+
+    Deleting a namespace N is refused while a CriticalService B whose provider lives in N is unmet and not
+    confined to N (rule 2), and N's content is deleted only after that DELETE, by the namespace controller.
+    So when namespaces alone are deleted (`kubectl delete namespace`, a tenant cleanup), a criterion of A
+    counting an object in N waits for B's teardown too: edge B -> A. With the edges of `service_graph` such a
+    cycle can never finish that way, while every deleter that deletes objects itself finishes it; the spec is
+    admitted with a warning (design/criticalservice.md §6, found by `criticalsvc verify`). Objects that exist
+    now are looked at; B == A is left to the warning of the provider's own namespace (decision.py)."""
+    services = [*(cs for cs in state.critical_services() if cs.name != candidate.name), candidate]
+    graph = service_graph(services, state)
+    extended = nx.DiGraph(nx.subgraph_view(graph, filter_edge=lambda u, v: "unverified" not in graph.edges[u, v]))
+    for b in services:
+        ns = b.provider.namespace
+        if not ns or nsorder.confined(b):
+            continue
+        for a in services:
+            if a.name == b.name or extended.has_edge(b.name, a.name):
+                continue
+            for i, c in enumerate(a.criteria):
+                try:
+                    inside = next((o for o in criteria.blocking_objects(c, state) if o.namespace == ns), None)
+                except StateUnavailable:
+                    continue  # advice only: a type the gate cannot read now adds no warning
+                if inside is not None:
+                    extended.add_edge(b.name, a.name, why=f"{a.name}.spec.criteria[{i}] waits for {inside.ref}, "
+                                      f"{NAMESPACE_STEP} {ns} ({b.name}'s provider's)")
+                    break
+    cycle = find_service_cycle(extended, candidate.name)
+    if cycle is None:
+        return None
+    waiting = list(reversed(cycle))
+    i = waiting.index(candidate.name)
+    order = waiting[i:] + waiting[:i]
+    steps = [str(extended.edges[b, a]["why"]) for a, b in zip(order, [*order[1:], order[0]], strict=True)]
+    return DependencyCycle(order, steps)
 
 
 # --- object level ---------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ class Mutant:
 REPLAY_TESTS = ("tests/test_replay_safety.py",)
 REPLAYER_TESTS = ("tests/test_replayer.py",)
 ROUTER_TESTS = ("tests/test_webhookrouter.py",)
+VERIFY = "tests/test_verify.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("replay-settled-uid", "criticalsvc/replay.py",
@@ -84,6 +85,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if error == self._reported:\n            return\n", "", ROUTER_TESTS),
     Mutant("router-created-without-routes", "criticalsvc/webhookrouter.py",
            "        if stored is None and not rules:\n", "        if False:\n", ROUTER_TESTS),
+    Mutant("graph-no-provider-crd-edge", "criticalsvc/graph.py",
+           "    if gr.group and gr != CRITICAL_SERVICES:\n", "    if False:\n",
+           ("tests/test_graph.py", f"{VERIFY}::test_the_crd_cycle_bundle_is_refused_at_create_naming_the_crd_edge")),
+    Mutant("graph-no-critical-service-crd-edge", "criticalsvc/graph.py",
+           "    out.append((_crd(CRITICAL_SERVICES, state),", "    out.append((KubeObject(CRDS, '', ''),",
+           ("tests/test_graph.py",)),
+    Mutant("graph-no-namespace-step", "criticalsvc/graph.py",
+           "        if not ns or nsorder.confined(b):\n", "        if True:\n",
+           (f"{VERIFY}::test_the_namespace_content_cycle_is_admitted_with_a_warning_naming_the_namespace_step",)),
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),

@@ -266,9 +266,10 @@ def test_non_ascii_webhook_warnings_reach_kubectl_as_utf8(cluster: Backend, name
     created = cluster.admin.create("/apis/criticalsvc.io/v1alpha1/criticalservices", {
         "apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": service},
         "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": namespace, "name": "web"},
+                 # Never met: kube-system stays. (Waiting for the CRD criticalservices.criticalsvc.io, as this did
+                 # before, is refused since issue 30: that CRD waits for every CriticalService, this one too.)
                  "criteria": [{"type": "SpecificResource", "specificResource": {
-                     "group": "apiextensions.k8s.io", "resource": "customresourcedefinitions",
-                     "name": "criticalservices.criticalsvc.io"}}]}})
+                     "resource": "namespaces", "name": "kube-system"}}]}})
     assert created.status_code == 201, created.text
     try:
         wait_for(lambda: cluster.admin.delete(deploy_path, params={"dryRun": "All"}).status_code == 403,

@@ -562,7 +562,8 @@ def test_cycle_is_rejected_naming_it():
     d = write(state_with(_pair("a", "b")), _pair("b", "a"))
     assert not d.allowed and d.rule is Rule.CYCLE and d.code == 403
     assert d.message == ('CriticalService "b" would close a dependency cycle: b -> a -> b; no teardown of these '
-                         "could ever finish")
+                         "could ever finish (b.spec.criteria[0] waits for its provider deployments.apps ns-a/a of a; "
+                         "a.spec.criteria[0] waits for its provider deployments.apps ns-b/b of b)")
 
 
 def test_chain_is_not_a_cycle():

@@ -226,3 +226,83 @@ def test_renderings_survive_quotes_in_names():
     graph.add_edge(odd, ns, why='waits for "x"')
     assert parse_dot(to_dot(graph)) == ({str(odd), str(ns)}, {(str(odd), str(ns))})
     assert parse_mermaid(to_mermaid(graph)) == ({str(odd), str(ns)}, {(str(odd), str(ns))})
+
+
+# --- rule 4's edge: a custom-resource provider's CRD waits for its criteria (issue 30) ------------------
+WIDGET_CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+              "metadata": {"name": "widgets.ex.com"},
+              "spec": {"group": "ex.com", "scope": "Namespaced",
+                       "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                       "versions": [{"name": "v1", "served": True, "storage": True}]}}
+
+
+def _service(name: str, provider: dict[str, Any], *criteria: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": name},
+            "spec": {"provider": provider, "criteria": list(criteria)}}
+
+
+def _crd_cycle_bundle(*, widget_waits: bool = True) -> list[dict[str, Any]]:
+    """Deployment a/d waits for the CRD widgets.ex.com to be gone (criterion of `on-crd`); the Widget b/w is a
+    provider waiting for that Deployment (criterion of `on-deploy`). Deleting the CRD is refused while `on-deploy`
+    is unmet (rule 4), so each waits for the other."""
+    waits = [{"type": "SpecificResource", "specificResource": {"group": "apps", "resource": "deployments",
+                                                                 "namespace": "a", "name": "d"}}] if widget_waits \
+        else [{"type": "Resources", "resources": {"resource": "configmaps", "namespace": "b"}}]
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}},
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "b"}},
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "a"}},
+            WIDGET_CRD,
+            {"apiVersion": "ex.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "b"}},
+            _service("on-crd", {"group": "apps", "resource": "deployments", "namespace": "a", "name": "d"},
+                     {"type": "SpecificResource", "specificResource": {
+                         "group": "apiextensions.k8s.io", "resource": "customresourcedefinitions",
+                         "name": "widgets.ex.com"}}),
+            _service("on-deploy", {"group": "ex.com", "resource": "widgets", "namespace": "b", "name": "w"}, *waits)]
+
+
+def _load(objects: list[dict[str, Any]]) -> None:
+    from criticalsvc.manifests import Manifest
+    from criticalsvc.sim.cluster import Cluster
+
+    Cluster().load([Manifest(o, f"document {i + 1}") for i, o in enumerate(objects)])
+
+
+def test_a_cycle_through_a_custom_resource_providers_crd_is_refused_at_create():
+    """The second CriticalService is refused, and the message names the CRD edge; with either one alone it loads."""
+    from criticalsvc.errors import MalformedManifest
+
+    with pytest.raises(MalformedManifest, match=r"document 7.*would close a dependency cycle: on-deploy -> on-crd "
+                                                r"-> on-deploy; .*on-crd.spec.criteria\[0\] waits for its provider's "
+                                                r"CRD widgets.ex.com of on-deploy"):
+        _load(_crd_cycle_bundle())
+    _load(_crd_cycle_bundle(widget_waits=False))
+
+
+def test_the_crd_edge_is_named_in_the_graph():
+    """`criticalsvc graph` shows why: on-crd's criterion waits for the Widget provider's CRD."""
+    objects = _crd_cycle_bundle()
+    state = build_state_of(objects)
+    services = [parse_critical_service(o) for o in objects if o["kind"] == "CriticalService"]
+    graph = service_graph(services, state)
+    assert graph.edges["on-deploy", "on-crd"]["why"] == ("on-crd.spec.criteria[0] waits for its provider's CRD "
+                                                        "widgets.ex.com of on-deploy")
+
+
+def test_waiting_for_the_critical_service_crd_is_a_cycle_of_one():
+    """The CRD criticalservices.criticalsvc.io is deleted only after every CriticalService (rule 4): waiting for it
+    (by name, or for every CRD to be gone) can never end."""
+    a = cs("a", {"type": "SpecificResource", "specificResource": {
+        "group": "apiextensions.k8s.io", "resource": "customresourcedefinitions",
+        "name": "criticalservices.criticalsvc.io"}})
+    with pytest.raises(DependencyCycle, match=r"a -> a"):
+        check_no_cycle(a, state_of())
+    every_crd = cs("a", {"type": "Resources", "resources": {"group": "apiextensions.k8s.io",
+                                                            "resource": "customresourcedefinitions"}})
+    with pytest.raises(DependencyCycle, match=r"a -> a"):
+        check_no_cycle(every_crd, state_of())
+
+
+def build_state_of(objects: list[dict[str, Any]]) -> MemoryState:
+    from criticalsvc.manifests import Manifest
+
+    return build_state([Manifest(o, f"document {i + 1}") for i, o in enumerate(objects)])

@@ -56,6 +56,9 @@ CLIENT_WORDS = {
 
 
 from ..sim.clients import CLIENTS  # noqa: E402 - the simulator is only imported by the commands that use it
+from ..verify.explorer import inert_types  # noqa: E402
+from ..verify.interleavings import ChoiceError, ChoiceRandom, Path  # noqa: E402
+from ..verify.interleavings import parse as parse_choices  # noqa: E402
 
 
 def register(sub: Any) -> None:
@@ -76,6 +79,9 @@ def register(sub: Any) -> None:
                    help="delete namespace content in any order (Kubernetes < 1.33) instead of pods first")
     p.add_argument("--repeat", type=float, metavar="SECONDS",
                    help="with --client kubectl: re-run `kubectl delete -f` every SECONDS until it succeeds")
+    p.add_argument("--interleaving", metavar="CHOICES",
+                   help="instead of --seed: the explicit choices (e.g. 3.0.1; - for none) of `criticalsvc verify`, "
+                        "which prints them with each bundle it finds (criticalsvc/verify/interleavings.py)")
     p.set_defaults(run=run)
 
 
@@ -139,13 +145,21 @@ def run(args: argparse.Namespace) -> int:
     if args.repeat is not None and (args.client != "kubectl" or args.repeat <= 0):
         raise MalformedManifest("--repeat", "needs --client kubectl and a positive number of seconds")
     manifests = load_bundles(args.filename, check_crds=True)
+    choices = None
+    if args.interleaving is not None:
+        choices = ChoiceRandom(Path(parse_choices(args.interleaving)))
     cluster = Cluster(gate=not args.no_gate, seed=args.seed,
-                      ordered_namespace_deletion=not args.legacy_namespace_deletion)
+                      ordered_namespace_deletion=not args.legacy_namespace_deletion, rng=choices)
+    if choices is not None:
+        choices.inert = inert_types(cluster.store)
     warnings = record_warnings(cluster)
     cluster.load(manifests)
     loaded = len(warnings)  # warnings while creating the bundle are not part of the teardown
     cluster.teardown(args.client, repeat=args.repeat)
     verdict = cluster.run()
+    if choices is not None and len(choices.path.taken) < len(choices.path.prefix):
+        raise ChoiceError(f"{args.interleaving}: this teardown met only {len(choices.path.taken)} choice points; "
+                          "the interleaving was recorded for another bundle or client")
     teardown_warnings = warnings[loaded:]
     services = _services(manifests)
     if args.output == "json":

@@ -122,7 +122,8 @@ class Cluster:
                  ordered_namespace_deletion: bool = True,
                  failure_policy: Literal["Fail", "Ignore"] = "Fail",
                  finalizer_delay: tuple[float, float] = FinalizerController.DELAY,
-                 replayer: Callable[[Store, Engine, Timeline], Replayer] | None = Replayer) -> None:
+                 replayer: Callable[[Store, Engine, Timeline], Replayer] | None = Replayer,
+                 rng: random.Random | None = None) -> None:
         self.engine: Engine = engine or VirtualEngine()
         self.store = Store(clock=self.engine.now)
         self.gate = gate
@@ -138,10 +139,11 @@ class Cluster:
             rules: tuple[WebhookRule | ProviderRoutesRule, ...] = (*DEFAULT_RULES, ProviderRoutesRule(self.store.state))
             self.store.webhooks.append(RegisteredWebhook(hook, rules=rules, failure_policy=failure_policy))
         self.seed = seed
-        self.rng = random.Random(seed)
+        self.rng = rng or random.Random(seed)
         # The controllers draw from a stream of their own, so the same seed gives the same finalizer and
-        # reconcile delays whichever client deletes: teardown times of different clients compare.
-        self.controller_rng = random.Random(f"controllers-{seed}")
+        # reconcile delays whichever client deletes: teardown times of different clients compare. An `rng`
+        # given (criticalsvc.verify's choice points) is the one source of every choice, clients' and controllers'.
+        self.controller_rng = rng or random.Random(f"controllers-{seed}")
         self.controllers: Controllers = start_controllers(
             self.store, self.engine, timeline=self.timeline, rng=self.controller_rng,
             ordered_namespace_deletion=ordered_namespace_deletion, finalizer_delay=finalizer_delay)
