@@ -169,3 +169,27 @@ def test_wait_for_termination_keeps_the_kustomization_until_what_it_deleted_is_g
         assert client.gone_at >= gone[0]
         # WaitForSetTermination polls every 2 s from the end of the pass.
         assert (client.gone_at - client.passes[-1]) % 2.0 == pytest.approx(0.0, abs=0.05)
+
+
+# The gate's refusals of the real kustomize-controller v1.9.6 deleting a Kustomization holding the reference
+# story, replay off, in its log order (`python -m benchmarks.replay_real --only flux --json`, cases["flux replay
+# off"][0]["refused"]; the same in two runs, design/replay.md "What a Flux user sees").
+REAL_REFUSALS = [
+    *(["criticalservices.criticalsvc.io/for-finalizer-deployment", "deployments.apps/finalizer-deployment",
+       "namespaces/finalizer-namespace"] * 3),
+    "criticalservices.criticalsvc.io/for-finalizer-deployment",
+]
+REAL_KUSTOMIZATION_GONE = (11.60, 11.83)  # seconds after the Kustomization's DELETE, the same two runs
+MARGIN = 0.5  # seconds: the real runs differ from each other by 0.23 s
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_simulated_teardown_refuses_what_the_real_binary_refused_and_ends_as_it_did(seed: int) -> None:
+    cluster = Cluster(seed=seed)
+    cluster.load(load_path(STORY))
+    client = _flux(cluster)
+    assert cluster.run().completed
+    refused = [f"{e.ref.group_resource}/{e.ref.name}" for e in cluster.timeline.denials() if e.ref is not None]
+    assert refused == REAL_REFUSALS
+    assert client.gone_at is not None
+    assert min(REAL_KUSTOMIZATION_GONE) - MARGIN <= client.gone_at <= max(REAL_KUSTOMIZATION_GONE) + MARGIN
