@@ -173,7 +173,7 @@ def test_wait_for_termination_keeps_the_kustomization_until_what_it_deleted_is_g
 
 # The gate's refusals of the real kustomize-controller v1.9.6 deleting a Kustomization holding the reference
 # story, replay off, in its log order (`python -m benchmarks.replay_real --only flux --json`, cases["flux replay
-# off"][0]["refused"]; the same in two runs, design/replay.md "What a Flux user sees").
+# off"][0]["refused"], one run; 10 refusals in both runs, design/replay.md "What a Flux user sees").
 REAL_REFUSALS = [
     *(["criticalservices.criticalsvc.io/for-finalizer-deployment", "deployments.apps/finalizer-deployment",
        "namespaces/finalizer-namespace"] * 3),
