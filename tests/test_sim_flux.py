@@ -18,6 +18,8 @@ import itertools
 import textwrap
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from criticalsvc.api import GroupResource, ObjectRef
 from criticalsvc.manifests import load_path, load_text
@@ -193,3 +195,59 @@ def test_the_simulated_teardown_refuses_what_the_real_binary_refused_and_ends_as
     assert refused == REAL_REFUSALS
     assert client.gone_at is not None
     assert min(REAL_KUSTOMIZATION_GONE) - MARGIN <= client.gone_at <= max(REAL_KUSTOMIZATION_GONE) + MARGIN
+
+
+# ssa's comparator as sort.go writes it (kind2index: ReconcileOrder.First at -len(First)+i, Last at 1+i, any
+# other kind 0; then group, kind; equal GroupKinds by namespace, then name), transcribed literally:
+# DeleteAll sends the inventory in sort.Reverse of it.
+_GO_FIRST = ["CustomResourceDefinition", "Namespace", "ClusterRole", "ClusterClass", "RuntimeClass", "PriorityClass",
+             "StorageClass", "VolumeSnapshotClass", "IngressClass", "GatewayClass", "ClusterRoleBinding",
+             "ResourceQuota", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Secret", "Service", "LimitRange",
+             "Deployment", "StatefulSet", "CronJob", "PodDisruptionBudget"]
+_GO_LAST = ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+_KIND2INDEX = {**{k: -len(_GO_FIRST) + i for i, k in enumerate(_GO_FIRST)},
+               **{k: 1 + i for i, k in enumerate(_GO_LAST)}}
+
+
+def _go_less(a: tuple[ObjectRef, str], b: tuple[ObjectRef, str]) -> bool:
+    (ra, ka), (rb, kb) = a, b
+    if not (ra.group_resource.group == rb.group_resource.group and ka == kb):
+        ia, ib = _KIND2INDEX.get(ka, 0), _KIND2INDEX.get(kb, 0)
+        if ia != ib:
+            return ia < ib
+        if ra.group_resource.group != rb.group_resource.group:
+            return ra.group_resource.group < rb.group_resource.group
+        return ka < kb
+    if ra.namespace != rb.namespace:
+        return ra.namespace < rb.namespace
+    return ra.name < rb.name
+
+
+_KINDS = [("", "Namespace"), ("", "ConfigMap"), ("", "Service"), ("", "Pod"), ("apps", "Deployment"),
+          ("apps", "StatefulSet"), ("apiextensions.k8s.io", "CustomResourceDefinition"),
+          ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
+          ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"), ("criticalsvc.io", "CriticalService"),
+          ("my.crd.group", "CoolResource"), ("rbac.authorization.k8s.io", "ClusterRole")]
+_objects = st.lists(st.tuples(st.sampled_from(_KINDS), st.sampled_from(["", "a", "b"]),
+                              st.sampled_from(["x", "y", "z"])), max_size=12, unique=True).map(
+    lambda items: [(ObjectRef(GroupResource(g, k.lower() + "s"), ns, name), k) for (g, k), ns, name in items])
+
+
+def _in_delete_order(order: list[ObjectRef], kinds: dict[ObjectRef, str]) -> bool:
+    """No object is sent before one that ssa's comparator puts after it (the reverse of the apply order)."""
+    return not any(_go_less((a, kinds[a]), (b, kinds[b])) for a, b in itertools.pairwise(order))
+
+
+@given(_objects)
+def test_the_delete_order_is_ssa_comparator_reversed(objects: list[tuple[ObjectRef, str]]) -> None:
+    kinds = dict(objects)
+    order = flux_delete_order(objects)
+    assert sorted(order) == sorted(kinds)
+    assert _in_delete_order(order, kinds)
+
+
+def test_negative_control_the_apply_order_itself_is_not_a_delete_order() -> None:
+    objects = [(ObjectRef(GroupResource("", "namespaces"), "", "a"), "Namespace"),
+               (ObjectRef(GroupResource("apps", "deployments"), "a", "d"), "Deployment")]
+    kinds = dict(objects)
+    assert not _in_delete_order(list(reversed(flux_delete_order(objects))), kinds)
