@@ -26,7 +26,7 @@ The deleters are the simulator's (criticalsvc/sim/clients.py), played for real:
     flux           Flux's kustomize-controller v1.9.6, the real binary (tests/realcluster/flux.py): the story
                    applied by a Kustomization (prune: true, deletionPolicy MirrorPrune), then the
                    Kustomization deleted; Flux re-sends the whole pass of DELETEs after each refusal on its
-                   backoff (750 ms doubling). Real-only: the simulator has no Flux client (FLUX_CASES)
+                   backoff (750 ms doubling); the simulator's FluxKustomization client models the same path
 
 Makespan: from the deleter's first DELETE until every object of the story (and its root) is seen gone,
 polled every ~100 ms. A case is "stuck" after STUCK_CAP s, or, once its deleter has nothing left to do
@@ -91,8 +91,6 @@ STUCK_CAP = 300.0
 RETRY = Backoff(initial=0.05, maximum=60.0)  # the namespace deleter's requeue of a refused deletion
 SLOW_REAL = 15.0  # the slow-finalizer table: seconds from a CR's deletion until its finalizer is removed
 SLOW_CASES = (("manifestwork", False), ("manifestwork", True))
-# Measured here only (benchmarks/replay.py's simulator has no Flux client), after the shared CASES.
-FLUX_CASES = (("flux", False), ("flux", True))
 
 
 # --- deleters -------------------------------------------------------------------------------------------
@@ -345,6 +343,9 @@ class Outcome:
     # When the last object of the story itself was seen gone (for manifestwork: not its ManifestWork and
     # AppliedManifestWork, which the agent removes only after its own backoff); None when stuck.
     stack_gone: float | None = None
+    # The refused DELETEs in the gate's log order, as `resource/name` without the case's suffix (gc, manifestwork
+    # and flux, whose refusals only the gate's log shows): what the simulator's timeline is compared with.
+    refused: tuple[str, ...] = ()
 
 
 class GateLog:
@@ -456,6 +457,7 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
         leftover = cleanup(cluster, bundle)
         controller.stop()
     refusals, replayed = deleter.refusals, 0
+    refused: list[str] = []
     suffix = f"-{story.suffix}"
     for entry in log.since_mark():
         if entry.get("event") == "deletion replayed" and str(entry.get("object", "")).endswith(suffix):
@@ -467,6 +469,7 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
               and str(entry.get("name", "")).endswith(suffix)
               and not str(entry.get("user", "")).startswith(GATE_USERS)):
             refusals += 1
+            refused.append(f"{entry.get('resource')}/{entry.get('name')}".replace(suffix, ""))
     if leftover:
         print(f"  cleanup left {', '.join(leftover)} behind", file=sys.stderr, flush=True)
     if deleter.first_delete is None:
@@ -474,10 +477,10 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
     gone = {k.replace(suffix, ""): round(t - deleter.first_delete, 2)
             for k, t in sorted(gone_at.items(), key=lambda kv: kv[1])}
     if why:
-        return Outcome(False, None, refusals, replayed, why, gone)
+        return Outcome(False, None, refusals, replayed, why, gone, refused=tuple(refused))
     stack = last_gone(gone_at, story.paths()) - deleter.first_delete
     return Outcome(True, max(gone_at.values()) - deleter.first_delete, refusals, replayed, gone=gone,
-                   stack_gone=stack)
+                   stack_gone=stack, refused=tuple(refused))
 
 
 def last_gone(gone_at: dict[str, float], keys: Iterable[str]) -> float:
@@ -562,7 +565,7 @@ def run(runs: int = 1, only: tuple[str, ...] = ()) -> dict[str, Any]:
     """Every case of benchmarks/replay.py `runs` times on one real control plane; rows as its sim_table's.
     `only`: just those deleters (and the ideal each ratio needs); the slow-finalizer table only if one of
     its cases is among them."""
-    cases = [c for c in (*CASES, *FLUX_CASES) if not only or c[0] in only]
+    cases = [c for c in CASES if not only or c[0] in only]
     slow_cases = [c for c in SLOW_CASES if not only or c[0] in only]
     from tests.realcluster import build
     from tests.realcluster.cluster import real_cluster
@@ -621,6 +624,7 @@ def run(runs: int = 1, only: tuple[str, ...] = ()) -> dict[str, Any]:
                           outcome, base_slow.makespan)
     # Beside the table's rows: per case and run, why it was stuck and when each object was seen gone.
     details = {f"{d} replay {'on' if r else 'off'}": [({"stuck": o.why} if o.why else {}) | {"goneAfter": o.gone}
+                                                     | ({"refused": list(o.refused)} if o.refused else {})
                                                      for o in outcomes[d, r]] for d, r in cases}
     details |= {f"{d} replay {'on' if r else 'off'}, slow finalizer": [
         ({"stuck": o.why} if o.why else {}) | {"goneAfter": o.gone} for o in slow[d, r]] for d, r in slow_cases}
@@ -644,7 +648,7 @@ def _row(case: tuple[str, bool], outcomes: list[Outcome], ideal: list[float]) ->
         row |= {"makespanSeconds": round(statistics.mean(spans), 3),
                 "ratioMean": round(statistics.mean(ratios), 3), "ratioMax": round(max(ratios), 3)}
         stacks = [o.stack_gone for o in outcomes]
-        if deleter == "manifestwork" and all(s is not None for s in stacks):
+        if deleter in ("manifestwork", "flux") and all(s is not None for s in stacks):
             stack_ratios = [s / b for s, b in zip(stacks, ideal, strict=True) if s is not None]
             row |= {"stackGoneSeconds": round(statistics.mean(s for s in stacks if s is not None), 3),
                     "stackRatioMean": round(statistics.mean(stack_ratios), 3),
@@ -694,7 +698,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=1, help="teardowns per case (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (last line)")
     parser.add_argument("--only", action="append", default=[], metavar="DELETER",
-                        choices=sorted({d for d, _ in (*CASES, *FLUX_CASES)}),
+                        choices=sorted({d for d, _ in CASES}),
                         help="measure just this deleter (repeatable; the ideal always runs)")
     args = parser.parse_args(argv)
     result = run(args.runs, tuple(args.only))

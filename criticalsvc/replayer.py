@@ -4,10 +4,16 @@
                     replay.intent_for says so, and a background task stores it as a ConfigMap in the
                     gate's namespace (replay.to_record); AlreadyExists means it is recorded already.
                     Dry runs are never recorded: the webhooks declare sideEffects: NoneOnDryRun.
-    the leader      every INTERVAL while some CriticalService asks for replay or records exist (once when
-                    it begins to lead, to sweep leftovers; never otherwise: no replay, no reads), it
+    the leader      a round whenever something may change a decision, and at least every INTERVAL: it
                     lists the records, asks replay.plan what to do, and does it: arms (records armedAt),
-                    drops (deletes the record, posts an Event on the object saying why), or replays.
+                    drops (deletes the record, posts an Event on the object saying why), or replays. A
+                    round reads nothing unless some CriticalService asks for replay or records exist (one
+                    sweep for leftovers when it begins to lead). What wakes it (`_until_woken`): an intent
+                    this replica just recorded, and, while intents wait, any event of the watch caches
+                    (CacheState.wait_event) - the criteria can only come to hold through one - so a replay
+                    is sent in the round the event starts, not up to a poll later. Idle (no intent), cache
+                    events do not wake it. INTERVAL stays as the fallback for what no event here announces:
+                    a record another replica wrote, the arming window and time to live running out.
 
 A replay first reads the object fresh (gone, another UID, or annotated criticalsvc.io/replay-deletion:
 Never: dropped), then sends DELETE with `preconditions.uid` and the recorded propagationPolicy as the
@@ -47,8 +53,11 @@ from .state import ClusterState
 
 log = get_logger("criticalsvc.replay")
 
-INTERVAL = 1.0  # a leader round; replay.plan is cheap and the list is one request
-BUSY_INTERVAL = 0.25  # ... while intents wait: a replay is due the moment the criteria hold
+INTERVAL = 1.0  # the fallback round; replay.plan is cheap and the list is one request
+# Between two rounds at least this long: a burst of cache events (a LIST of thousands of objects, a namespace
+# emptied) while intents wait costs at most 10 rounds (10 LISTs of the records) a second, and a replay
+# waits at most this long behind the round before it.
+MIN_ROUND_GAP = 0.1
 REQUEST_TIMEOUT = 5.0
 ACCESS_TTL = 60.0  # how long a SelfSubjectAccessReview's "allowed" is trusted
 DENIED_TTL = 5.0  # ... and a "denied": an operator who just added the grant should see it soon
@@ -60,12 +69,17 @@ class LiveReplayer:
                  post_event: Callable[[dict[str, Any]], None] = lambda event: None,
                  on_change: Callable[[], None] = lambda: None, metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.time, arm_window: float = replay.ARM_WINDOW,
-                 time_to_live: float = replay.TIME_TO_LIVE) -> None:
+                 time_to_live: float = replay.TIME_TO_LIVE, interval: float = INTERVAL,
+                 min_round_gap: float = MIN_ROUND_GAP) -> None:
         self.transport, self.source, self.mapper = transport, source, mapper
         self.namespace = namespace
         self.post_event, self.on_change, self.clock = post_event, on_change, clock
         self.metrics = metrics if metrics is not None else Metrics()
         self.arm_window, self.time_to_live = arm_window, time_to_live
+        self.interval, self.min_round_gap = interval, min_round_gap
+        self.rounds = 0  # rounds run while leading (read by tests and nothing else)
+        # Set when this replica recorded an intent: the leader's next round should see it now.
+        self._wake = asyncio.Event()
         self.intents: list[replay.DeletionIntent] = []  # as of the leader's last round
         self.replays = 0
         self._queue: asyncio.Queue[replay.DeletionIntent] = asyncio.Queue(maxsize=1000)
@@ -93,6 +107,7 @@ class LiveReplayer:
                 record = replay.to_record(intent, namespace=self.namespace)
                 await self.transport.send("POST", self._records_path(), record, timeout=REQUEST_TIMEOUT)
                 self.metrics.deletion_intents.labels(str(intent.target.group_resource)).inc()
+                self._wake.set()
                 log.info("deletion intent recorded", object=str(intent.target), uid=intent.uid, user=intent.user,
                          propagation_policy=intent.propagation_policy)
             except APIStatusError as exc:
@@ -104,7 +119,10 @@ class LiveReplayer:
     # --- rounds (the leader) ------------------------------------------------------------------------
     async def run(self, leading: Callable[[], bool]) -> None:
         while True:
+            self._wake.clear()  # before the round: a recording during it wakes the next one
+            seen = self._changes()
             if leading() and self.source.ready:
+                self.rounds += 1
                 try:
                     await self.round()
                 except Exception:  # a round must never end the loop; the next one retries
@@ -112,7 +130,29 @@ class LiveReplayer:
             else:
                 self.intents = []
                 self._sweep_pending = True
-            await asyncio.sleep(BUSY_INTERVAL if self.intents else INTERVAL)
+            await asyncio.sleep(self.min_round_gap)
+            await self._until_woken(seen)
+
+    def _changes(self) -> int | None:
+        changes = getattr(self.source, "changes", None)  # CacheState's; a snapshot or a test's state has none
+        return changes if isinstance(changes, int) else None
+
+    async def _until_woken(self, seen: int | None) -> None:
+        """Wait until something may change a decision: an intent recorded here; while intents wait, any event of
+        the caches (one that came during the round, `seen` being their count before it, or the next); at the
+        latest `interval` seconds."""
+        waiting = bool(self.intents)
+        if waiting and seen is not None and self._changes() != seen:
+            return
+        wakers: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait())]
+        wait_event = getattr(self.source, "wait_event", None)
+        if waiting and callable(wait_event):
+            wakers.append(asyncio.ensure_future(wait_event(self.interval)))
+        try:
+            await asyncio.wait(wakers, timeout=self.interval, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waker in wakers:
+                waker.cancel()
 
     def _wanted(self) -> bool:
         try:

@@ -767,6 +767,25 @@ async def test_a_cache_whose_list_hangs_is_syncing_and_its_sync_wakes_a_waiter()
             assert cache.reflector(COOL).synced.is_set()
 
 
+async def test_an_object_event_wakes_wait_event_and_the_cache_holds_it_when_it_does() -> None:
+    """The replayer waits on `wait_event` while intents wait: an object's watch event must wake it, with the
+    change already in the cache (a finalizer removed is what lets a provider go)."""
+    with running_standin(story_store()) as env:
+        async with started_cache(env) as (cache, _transport):
+            assert await cache.wait_ready(10)
+            await all_watching(cache)
+            for _ in range(3):  # not the first event only
+                before = cache.changes
+                waiting = asyncio.create_task(cache.wait_event(10))
+                await asyncio.sleep(0)  # registered
+                name = f"woken-{before}"
+                await env.write(lambda name=name: env.store.create(cool(name)))
+                assert await waiting, "the watch event woke no waiter"
+                while cache.get(ObjectRef(COOL, "cool-apps", name)) is None:  # woken by another event first
+                    assert await cache.wait_event(10), "the watch event woke no waiter"
+                assert cache.changes > before
+
+
 async def test_a_cache_the_gate_may_not_list_is_not_syncing() -> None:
     """A 403 waits for a grant, not for time: a CREATE is not held for it."""
     with running_standin(story_store()) as env:

@@ -77,6 +77,8 @@ class CacheState:
         self._changed = asyncio.Event()
         self._change_waiters: list[asyncio.Future[None]] = []
         self._notified = 0
+        self._event_waiters: list[asyncio.Future[None]] = []
+        self.watches.on_event = self._on_event
 
     # --- lifecycle ------------------------------------------------------------------------------------
     @property
@@ -174,6 +176,27 @@ class CacheState:
             with contextlib.suppress(ValueError):
                 self._change_waiters.remove(waiter)
 
+    async def wait_event(self, timeout: float) -> bool:
+        """Return True at the next change of what the state answers - an object event as well as what wakes
+        `wait_changed` - and False after `timeout` seconds without one. Registered before the first await, like
+        `wait_changed`; a caller that must not miss an event between two waits compares `changes` too."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._event_waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with contextlib.suppress(ValueError):
+                self._event_waiters.remove(waiter)
+
+    def _on_event(self) -> None:
+        for waiter in self._event_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     @property
     def changes(self) -> int:
         """Grows whenever what the state answers may have changed: an object, a LIST, a sync, the watch set,
@@ -187,6 +210,7 @@ class CacheState:
         for waiter in self._change_waiters:
             if not waiter.done():
                 waiter.set_result(None)
+        self._on_event()
 
     def counts(self) -> dict[str, int]:
         """Objects held per watched resource (criticalsvc_cache_objects{resource})."""

@@ -113,18 +113,21 @@ class _StoreSink:
         if self._current(gr):
             listed, self.listed = self.listed, set()
             self.owner._list_done(gr, listed)
+            self.owner.on_event()  # a LIST after a watch restart may carry what the lost events did
 
     def upsert(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         if self._current(gr):
             self.owner.changes += 1
             self.owner._upsert(gr, obj, self.conditioned)
             self.owner._after_change(gr)
+            self.owner.on_event()
 
     def delete(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         if self._current(gr):
             self.owner.changes += 1
             self.owner._delete(gr, obj)
             self.owner._after_change(gr)
+            self.owner.on_event()
 
 
 class WatchSet:
@@ -145,6 +148,9 @@ class WatchSet:
         self.unwatch_after = unwatch_after
         self.rng = rng
         self.notify = notify  # the set of reflectors, or whether one has synced, changed
+        # Called after every event applied to `memory` (an object added, changed or deleted, a LIST complete),
+        # synchronously in the handler: CacheState wakes whoever waits for the next change (the replayer).
+        self.on_event: Callable[[], None] = lambda: None
         self.on_watch_restart = on_watch_restart
         self.reflectors: dict[GroupResource, Reflector] = {}
         # Reflectors listing a type again for changed conditions, not read until their LIST is complete.

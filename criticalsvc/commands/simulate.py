@@ -51,11 +51,14 @@ CLIENT_WORDS = {
                      "collector, each refusal retried with backoff 5 ms → 1000 s",
     "gc-foreground": "the garbage collector: the bundle's root owners deleted (Foreground), the rest by the garbage "
                      "collector, each refusal retried with backoff 5 ms → 1000 s",
+    "flux": ("Flux's kustomize-controller deleting a Kustomization: every object of its inventory each pass, in "
+             "reverse apply order; the whole pass again after a refusal (750 ms doubling)"),
     "ideal": "the ideal deleter: each object the moment the gate allows it (the shortest possible teardown)",
 }
 
 
-from ..sim.clients import CLIENTS  # noqa: E402 - the simulator is only imported by the commands that use it
+# The simulator is only imported by the commands that use it.
+from ..sim.clients import CLIENTS, FLUX_DELETION_POLICIES  # noqa: E402
 from ..verify.explorer import inert_types  # noqa: E402
 from ..verify.interleavings import ChoiceError, ChoiceRandom, Path  # noqa: E402
 from ..verify.interleavings import parse as parse_choices  # noqa: E402
@@ -82,6 +85,9 @@ def register(sub: Any) -> None:
     p.add_argument("--interleaving", metavar="CHOICES",
                    help="instead of --seed: the explicit choices (e.g. 3.0.1; - for none) of `criticalsvc verify`, "
                         "which prints them with each bundle it finds (criticalsvc/verify/interleavings.py)")
+    p.add_argument("--flux-deletion-policy", choices=FLUX_DELETION_POLICIES, default=None,
+                   help="with --client flux: the Kustomization's spec.deletionPolicy (default MirrorPrune); "
+                        "WaitForTermination removes its finalizer only once what it deleted is gone")
     p.set_defaults(run=run)
 
 
@@ -144,6 +150,8 @@ def record_warnings(cluster: Cluster) -> list[GateWarning]:
 def run(args: argparse.Namespace) -> int:
     if args.repeat is not None and (args.client != "kubectl" or args.repeat <= 0):
         raise MalformedManifest("--repeat", "needs --client kubectl and a positive number of seconds")
+    if args.flux_deletion_policy is not None and args.client != "flux":
+        raise MalformedManifest("--flux-deletion-policy", "needs --client flux")
     manifests = load_bundles(args.filename, check_crds=True)
     choices = None
     if args.interleaving is not None:
@@ -155,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     warnings = record_warnings(cluster)
     cluster.load(manifests)
     loaded = len(warnings)  # warnings while creating the bundle are not part of the teardown
-    cluster.teardown(args.client, repeat=args.repeat)
+    cluster.teardown(args.client, repeat=args.repeat, flux_deletion_policy=args.flux_deletion_policy or "MirrorPrune")
     verdict = cluster.run()
     if choices is not None and len(choices.path.taken) < len(choices.path.prefix):
         raise ChoiceError(f"{args.interleaving}: this teardown met only {len(choices.path.taken)} choice points; "

@@ -19,6 +19,11 @@
                         their dependents to the garbage collector (which retries a refusal with backoff
                         up to 1000 s, controllers/garbagecollector.py) - the way an Argo CD Application or a Helm-like
                         owner object takes a stack down.
+    FluxKustomization   Flux's kustomize-controller (v1.9.6) finalizing a deleted Kustomization: a pass of
+                        DELETEs (Background, no precondition) in ssa's reverse apply order, every object
+                        tried even after a refusal; a refused pass is retried whole on Flux's rate limiter
+                        (750 ms·2ⁿ ≤ 15 min); the finalizer goes once a pass is not refused (or, with
+                        deletionPolicy WaitForTermination, once what it deleted is gone)
     IdealDelete         the yardstick, not a real deleter: after every change it deletes each object whose
                         DELETE the gate would allow now (it asks with a dry run first, so it is never
                         refused), and nothing else - each phase starts the moment the previous one
@@ -35,14 +40,37 @@ import functools
 import random
 from collections.abc import Iterable, Sequence
 
-from ..api import NAMESPACES, ObjectRef
+from ..api import NAMESPACES, GroupResource, ObjectRef
 from ..backoff import Backoff
 from .controllers.base import delete_outcome, describe_error
 from .engine import Engine
 from .store import StatusError, Store
-from .timeline import NOT_FOUND, Timeline
+from .timeline import GONE, NOT_FOUND, Timeline
 
-CLIENTS = ("manifestwork", "kubectl", "namespace", "gc-background", "gc-foreground", "ideal")
+CLIENTS = ("manifestwork", "kubectl", "namespace", "gc-background", "gc-foreground", "flux", "ideal")
+FLUX_DELETION_POLICIES = ("MirrorPrune", "WaitForTermination")
+
+# ssa's ReconcileOrder: the kinds Flux applies first (in this order) and last; every other kind sits between
+# them, ordered by group, kind, namespace, name. DeleteAll sorts the inventory by it and reverses it.
+# https://github.com/fluxcd/pkg/blob/ssa/v0.76.2/ssa/sort.go#L36-L137
+FLUX_APPLY_FIRST = ("CustomResourceDefinition", "Namespace", "ClusterRole", "ClusterClass", "RuntimeClass",
+                    "PriorityClass", "StorageClass", "VolumeSnapshotClass", "IngressClass", "GatewayClass",
+                    "ClusterRoleBinding", "ResourceQuota", "ServiceAccount", "Role", "RoleBinding", "ConfigMap",
+                    "Secret", "Service", "LimitRange", "Deployment", "StatefulSet", "CronJob", "PodDisruptionBudget")
+FLUX_APPLY_LAST = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def flux_delete_order(objects: Iterable[tuple[ObjectRef, str]]) -> list[ObjectRef]:
+    """(ref, kind) pairs in the order ssa's DeleteAll sends their DELETEs: its apply order, reversed."""
+    def key(item: tuple[ObjectRef, str]) -> tuple[int, str, str, str, str]:
+        ref, kind = item
+        if kind in FLUX_APPLY_FIRST:
+            index = -len(FLUX_APPLY_FIRST) + FLUX_APPLY_FIRST.index(kind)
+        else:
+            index = 1 + FLUX_APPLY_LAST.index(kind) if kind in FLUX_APPLY_LAST else 0
+        return index, ref.group_resource.group, kind, ref.namespace, ref.name
+
+    return [ref for ref, _kind in sorted(objects, key=key, reverse=True)]
 
 
 class Client:
@@ -52,6 +80,11 @@ class Client:
     retrying: bool
     refs: tuple[ObjectRef, ...]
     repeat: float | None = None  # a client re-run by a person every `repeat` seconds
+
+    @property
+    def settled(self) -> bool:
+        """Nothing of the client's own is left once the bundle is gone (Flux's Kustomization may be)."""
+        return True
 
     def __init__(self, refs: Iterable[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
                  rng: random.Random, actor: str, user: str) -> None:
@@ -235,6 +268,107 @@ class ManifestWorkAgent(Client):
                 "its AppliedManifestWork; the garbage collector deletes what was refused, retrying up to 1000 s")
 
 
+class FluxKustomization(Client):
+    """kustomize-controller v1.9.6 finalizing a deleted Kustomization whose inventory is the bundle.
+
+    Apply time put every object of the bundle into status.inventory with Flux's owner labels (finalize
+    skips an object without them; the bundle's objects all carry them here). Deleting the Kustomization
+    sets its deletionTimestamp; its finalizer `finalizers.fluxcd.io` stays until `finalize` succeeds
+    (kustomization_controller.go#L1225-L1306):
+
+    - one pass of ssa DeleteAll over the inventory, in reverse apply order (`flux_delete_order`): per object
+      a GET (gone: skipped) and a DELETE, Background, without a precondition; a refusal is noted and the pass
+      goes on (manager_delete.go#L64-L120, https://github.com/fluxcd/pkg/blob/ssa/v0.76.2/ssa/manager_delete.go);
+    - a pass with any refusal returns the joined errors: controller-runtime requeues the Kustomization on
+      Flux's rate limiter, 750 ms·2ⁿ ≤ 15 min (ItemExponentialFailureRateLimiter, fluxcd/pkg runtime
+      v0.110.3 controller/rate_limiter.go), and the next pass sends every DELETE again, those accepted
+      before too (an object still terminating is GET and DELETEd once more);
+    - a pass without refusal removes the finalizer: the Kustomization is gone (`gone_at`). With
+      deletionPolicy WaitForTermination it first polls every 2 s until what the pass deleted is gone
+      (WaitForSetTermination, Interval 2 s; the timeout, spec.timeout, is not modelled).
+
+    The Kustomization itself is not in the store (the gate never sees it: the routing sends it nothing);
+    its finalizer's removal is on the timeline under `kustomization`.
+    """
+
+    LATENCY = 0.005  # one request's round trip; a pass sends a GET and a DELETE per object, one after another
+    REACTION = 0.01  # the Kustomization's deletionTimestamp back through Flux's informer, roughly
+    BACKOFF = Backoff(initial=0.75, maximum=900.0)
+    WAIT_INTERVAL = 2.0  # WaitForSetTermination's poll
+    FINALIZER = "finalizers.fluxcd.io"  # kustomizev1.KustomizationFinalizer
+    retrying = True
+
+    def __init__(self, refs: Iterable[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
+                 rng: random.Random, bundle: str = "", deletion_policy: str = "MirrorPrune") -> None:
+        name = (bundle or "bundle").replace("/", "-")
+        super().__init__(refs, store=store, engine=engine, timeline=timeline, rng=rng, actor=f"flux/{name}",
+                         user="system:serviceaccount:flux-system:kustomize-controller")
+        if deletion_policy not in FLUX_DELETION_POLICIES:
+            raise ValueError(f"unknown deletionPolicy {deletion_policy!r}; expected one of "
+                             f"{', '.join(FLUX_DELETION_POLICIES)}")
+        self.deletion_policy = deletion_policy
+        self.kustomization = ObjectRef(GroupResource("kustomize.toolkit.fluxcd.io", "kustomizations"),
+                                       "flux-system", name)
+        self.order: list[ObjectRef] = []
+        self.failures = 0
+        self.passes: list[float] = []  # when each pass began (timeline seconds)
+        self.gone_at: float | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.gone_at is not None
+
+    def start(self, delay: float = 0.0) -> None:
+        def kind(ref: ObjectRef) -> str:
+            t = self.store.mapper.lookup(ref.group_resource)
+            return t.kind if t is not None else ref.group_resource.resource
+
+        self.order = flux_delete_order((r, kind(r)) for r in self.refs)
+        self.engine.schedule(delay + self.REACTION, self._pass)
+
+    def _pass(self) -> None:
+        self.passes.append(self.timeline.now())
+        self._item(0, refused=False, deleted=())
+
+    def _item(self, i: int, *, refused: bool, deleted: tuple[ObjectRef, ...]) -> None:
+        if i == len(self.order):
+            self._end_pass(refused=refused, deleted=deleted)
+            return
+        ref = self.order[i]
+        if self.store.state.get(ref) is None:  # the GET's 404: DeletedAction, nothing sent
+            self.engine.schedule(self.LATENCY, lambda: self._item(i + 1, refused=refused, deleted=deleted))
+            return
+        ok = self._delete(ref, "Background")
+        self.engine.schedule(2 * self.LATENCY, lambda: self._item(i + 1, refused=refused or not ok,
+                                                                    deleted=(*deleted, ref) if ok else deleted))
+
+    def _end_pass(self, *, refused: bool, deleted: tuple[ObjectRef, ...]) -> None:
+        if refused:
+            self.failures += 1
+            self.engine.schedule(self.BACKOFF.delay(self.failures), self._pass)
+        elif self.deletion_policy == "WaitForTermination":
+            self._wait(deleted)
+        else:
+            self._finalized()
+
+    def _wait(self, deleted: tuple[ObjectRef, ...]) -> None:
+        if any(self.store.state.get(r) is not None for r in deleted):
+            self.engine.schedule(self.WAIT_INTERVAL, lambda: self._wait(deleted))
+        else:
+            self._finalized()
+
+    def _finalized(self) -> None:
+        self.gone_at = self.timeline.now()
+        self.timeline.record(self.actor, "PATCH", self.kustomization, GONE, f"finalizer {self.FINALIZER} removed")
+
+    def describe(self) -> str:
+        waits = ", waiting for what it deleted to be gone" if self.deletion_policy == "WaitForTermination" else ""
+        return (f"Flux's kustomize-controller ({self.actor}) deletes the Kustomization's inventory in reverse apply "
+                f"order, every object each pass, and repeats the whole pass after a refusal "
+                f"({self.BACKOFF.initial * 1000:.0f} ms doubling); the Kustomization goes once a pass is not "
+                f"refused{waits} ({len(self.passes)} pass{'es' if len(self.passes) != 1 else ''})")
+
+
 class NamespaceDelete(_RetryingClient):
     """Deletes the bundle's namespaces and whatever lies outside them; the namespace controller does the rest."""
 
@@ -371,7 +505,8 @@ class IdealDelete(Client):
 
 
 def make_client(kind: str, refs: Sequence[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
-                rng: random.Random, bundle: str = "", repeat: float | None = None) -> Client:
+                rng: random.Random, bundle: str = "", repeat: float | None = None,
+                flux_deletion_policy: str = "MirrorPrune") -> Client:
     """A client by its `--client` name."""
     if kind == "manifestwork":
         return ManifestWorkAgent(refs, bundle=bundle, store=store, engine=engine, timeline=timeline, rng=rng)
@@ -382,10 +517,13 @@ def make_client(kind: str, refs: Sequence[ObjectRef], *, store: Store, engine: E
     if kind in ("gc-background", "gc-foreground"):
         return OwnerDelete(refs, store=store, engine=engine, timeline=timeline, rng=rng,
                            propagation="Foreground" if kind == "gc-foreground" else "Background")
+    if kind == "flux":
+        return FluxKustomization(refs, bundle=bundle, deletion_policy=flux_deletion_policy, store=store,
+                                 engine=engine, timeline=timeline, rng=rng)
     if kind == "ideal":
         return IdealDelete(refs, store=store, engine=engine, timeline=timeline, rng=rng)
     raise ValueError(f"unknown client {kind!r}; expected one of {', '.join(CLIENTS)}")
 
 
-__all__ = ["CLIENTS", "Client", "IdealDelete", "KubectlDelete", "ManifestWorkAgent", "NamespaceDelete", "OwnerDelete",
-           "make_client"]
+__all__ = ["CLIENTS", "FLUX_DELETION_POLICIES", "Client", "FluxKustomization", "IdealDelete", "KubectlDelete",
+           "ManifestWorkAgent", "NamespaceDelete", "OwnerDelete", "flux_delete_order", "make_client"]

@@ -295,7 +295,8 @@ class Cluster:
 
     # --- teardown -------------------------------------------------------------------------------------
     def teardown(self, client: str = "manifestwork", *, bundles: Iterable[str] | None = None,
-                 repeat: float | None = None, delay: float = 0.0) -> list[Client]:
+                 repeat: float | None = None, delay: float = 0.0,
+                 flux_deletion_policy: str = "MirrorPrune") -> list[Client]:
         """Start deleting `bundles` (default: all) with `client`: one per bundle, kubectl one for all."""
         if client not in CLIENTS:
             raise ValueError(f"unknown client {client!r}; expected one of {', '.join(CLIENTS)}")
@@ -305,7 +306,8 @@ class Cluster:
         started = []
         for bundle, refs in groups:
             c = make_client(client, refs, store=self.store, engine=self.engine, timeline=self.timeline,
-                            rng=self.rng, bundle=_bundle_name(bundle), repeat=repeat)
+                            rng=self.rng, bundle=_bundle_name(bundle), repeat=repeat,
+                            flux_deletion_policy=flux_deletion_policy)
             for r in refs:
                 self._teardown[r] = None
                 if self.store.state.get(r) is not None:
@@ -332,7 +334,9 @@ class Cluster:
         if not isinstance(self.engine, VirtualEngine):
             raise TypeError("run() drives a VirtualEngine; a real-time engine runs by itself")
         deadline = self.engine.now() + max_time
-        self.engine.run(until=deadline, stop=lambda: self.completed or self.stalled())
+        # A client may still have work once the objects are gone (Flux removing its Kustomization's finalizer).
+        self.engine.run(until=deadline, stop=lambda: (self.completed and all(c.settled for c in self.clients))
+                        or self.stalled())
         return self.verdict()
 
     def advance(self, seconds: float) -> None:

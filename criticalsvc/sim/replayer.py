@@ -26,7 +26,9 @@ from .timeline import Timeline
 ACTOR = "criticalsvc-replay"
 # The gate's identity for the replayed DELETE (the live gate uses its ServiceAccount).
 USER = "system:serviceaccount:criticalsvc-system:criticalsvc"
-# From a change in the store to the leader acting on it: the watch event's delivery plus a round.
+# From a change in the store to the leader acting on it: the watch event's delivery plus a round. The live
+# leader wakes on the same event (criticalsvc/replayer.py `_until_woken`), no sooner than MIN_ROUND_GAP
+# (100 ms) after its previous round; a round against the API server takes tens of milliseconds.
 LAG = 0.05
 
 
