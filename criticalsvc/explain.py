@@ -17,7 +17,16 @@ import attrs
 
 from . import criteria, nsorder
 from .admission import AdmissionRequest
-from .api import CRD_NAME, CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, ObjectRef, ReplayDeletion
+from .api import (
+    CRD_NAME,
+    CRDS,
+    CRITICAL_SERVICES,
+    NAMESPACES,
+    CriticalService,
+    ObjectRef,
+    RecreatedProvider,
+    ReplayDeletion,
+)
 from .criteria import Verdict
 from .decision import Decision, decide
 from .replay import DeletionIntent
@@ -153,6 +162,11 @@ def render_text(e: Explanation) -> str:
         if r.service.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN:
             lines.append("    replayDeletion: WhenTearingDown - a refused DELETE is replayed by the gate once these "
                          "criteria hold, if everything blocking it is being deleted")
+        if r.service.recreated_provider == RecreatedProvider.ORPHAN:
+            before = r.service.previous_provider_uid
+            seen = f"the gate saw uid {before} there before" if before else "the gate has seen no re-creation yet"
+            lines.append(f"    recreatedProvider: Orphan - this CriticalService may go while {r.service.provider} is a "
+                         f"re-created object and every criterion holds ({seen}); never the provider itself")
     for intent in e.intents:
         policy = f" (propagationPolicy {intent.propagation_policy})" if intent.propagation_policy else ""
         lines.append(f"  Deletion intent ({intent.phase.value}): {intent.user or 'someone'} asked at "
