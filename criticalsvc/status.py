@@ -46,6 +46,12 @@ writer that recomputes every few seconds does not churn it.
                                                 while a criterion is unmet): the message says why and what to set
                False (SameProvider)             Orphan is set, but the provider there is the one protected
                False (ProviderGone)             Orphan is set and no provider is there (nothing to orphan)
+    Stuck      (a named provider and some Finalizer criterion; criticalsvc/stuck.py)
+               True  (FinalizerControllerDown)  a Finalizer criterion is unmet and the provider, which removes
+                                                the finalizer, is not running: terminating, scaled to 0, or no
+                                                replica available; the message gives the way out (scale up, or
+                                                the kubectl patch that removes the finalizer by hand)
+               False (ControllerAvailable | NoFinalizerPending | ProviderAbsent | AvailabilityUnknown)
     ReplayPermitted   (spec.replayDeletion: WhenTearingDown only)
                True  (Permitted)                the gate may delete what it would replay
                False (Forbidden)                it may not: the message names the missing grant
@@ -82,6 +88,7 @@ from .errors import UNVERIFIED, StateUnavailable
 from .objects import KubeObject
 from .routing import PROVIDERS_CONFIGURATION, Route, Routing, not_routed
 from .state import ClusterState, provider_objects
+from .stuck import finalizer_controller
 from .timestamps import format_rfc3339
 
 if TYPE_CHECKING:  # status reports replay's intents; the rules never import how they are reported (.importlinter)
@@ -196,6 +203,11 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     conditions = [ready, blocking]
     if routing is not None and routing.managed and provider_type is not None:
         conditions.append(_narrow_condition(cs, routing, now=stamp, generation=generation, previous=prev_conditions))
+    if provider_known and not unverifiable and not type_error:
+        stuck = finalizer_controller(cs, provider, [v for _, v in unmet], state)
+        if stuck is not None:
+            conditions.append(_condition("Stuck", stuck.stuck, stuck.reason.value, stuck.message, now=stamp,
+                                         generation=generation, previous=prev_conditions))
     if cs.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN:
         conditions.append(_replay_condition(replay_forbidden, now=stamp, generation=generation,
                                             previous=prev_conditions))
