@@ -218,6 +218,8 @@ def render_response(uid: str, decision: Decision) -> ReviewResponseDict:
     audit = {"rule": decision.rule.value}
     if decision.break_glass:
         audit["break-glass"] = decision.break_glass
+    if decision.recreated_provider:
+        audit["recreated-provider"] = decision.recreated_provider
     if decision.blocking:
         audit["blocking"] = ",".join(decision.blocking)
     response["auditAnnotations"] = audit

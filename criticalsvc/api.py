@@ -155,6 +155,21 @@ class HoldUpdates(enum.StrEnum):
     WHILE_BLOCKING = "WhileBlocking"
 
 
+class RecreatedProvider(enum.StrEnum):
+    """spec.recreatedProvider: what the CriticalService does when its named provider is deleted and re-created
+    under the same name (a new uid) - the seed's "best-effort/orphan" intent (design/criticalservice.md §6).
+
+    Protect (the default) protects the new object as it protected the old one, so the CriticalService goes only
+    after it. Orphan lets the CriticalService's own DELETE through while the object under the provider's name
+    is not the one it protected before (status.previousProviderUID) and every criterion holds, leaving the new
+    object unprotected; it never lets a provider's DELETE through. Settable at any time, meant to be set on a
+    teardown stuck behind a re-created provider.
+    """
+
+    PROTECT = "Protect"
+    ORPHAN = "Orphan"
+
+
 class ScaleToZero(enum.StrEnum):
     """spec.scaleToZero: may the provider workload be scaled to zero replicas while its criteria are
     unmet (through its spec or its scale subresource)? A controller scaled to zero removes no finalizer."""
@@ -223,10 +238,14 @@ class CriticalService:
     replay_deletion: ReplayDeletion = ReplayDeletion.NEVER
     hold_updates: HoldUpdates = HoldUpdates.NEVER
     scale_to_zero: ScaleToZero = ScaleToZero.ALLOW
+    recreated_provider: RecreatedProvider = RecreatedProvider.PROTECT
     uid: str = ""
     labels: Mapping[str, str] = attrs.field(factory=dict, eq=False, hash=False)
     deletion_timestamp: str | None = None
     provider_uid: str | None = None
+    # status.previousProviderUID: the uid the provider had before the one in provider_uid (a re-creation the
+    # gate saw); what spec.recreatedProvider: Orphan compares against.
+    previous_provider_uid: str | None = None
 
     @property
     def ref(self) -> ObjectRef:
@@ -254,6 +273,7 @@ def parse_critical_service(obj: Any, *, lenient_conditions: bool = False) -> Cri
     status: Mapping[str, Any] = obj["status"] if isinstance(obj.get("status"), Mapping) else {}
     labels: Mapping[str, str] = metadata["labels"] if isinstance(metadata.get("labels"), Mapping) else {}
     provider_uid = status.get("providerUID")
+    previous_uid = status.get("previousProviderUID")
     return attrs.evolve(
         spec,
         name=name,
@@ -261,6 +281,7 @@ def parse_critical_service(obj: Any, *, lenient_conditions: bool = False) -> Cri
         labels=dict(labels),
         deletion_timestamp=metadata.get("deletionTimestamp") or None,
         provider_uid=provider_uid if isinstance(provider_uid, str) else None,
+        previous_provider_uid=previous_uid if isinstance(previous_uid, str) and previous_uid else None,
     )
 
 
@@ -268,8 +289,8 @@ def parse_spec(spec: Any, *, lenient_conditions: bool = False) -> CriticalServic
     """Parse `.spec`; the result has an empty name (the caller fills in metadata)."""
     if not isinstance(spec, Mapping):
         raise InvalidSpec("spec", "required")
-    _no_unknown(spec, {"provider", "criteria", "enforcement", "replayDeletion", "holdUpdates", "scaleToZero"},
-                "spec")
+    _no_unknown(spec, {"provider", "criteria", "enforcement", "replayDeletion", "holdUpdates", "scaleToZero",
+                       "recreatedProvider"}, "spec")
     provider = _parse_provider(spec.get("provider"), "spec.provider")
     raw_enforcement = spec.get("enforcement", Enforcement.ENFORCE.value)
     try:
@@ -283,6 +304,12 @@ def parse_spec(spec: Any, *, lenient_conditions: bool = False) -> CriticalServic
         raise InvalidSpec("spec.replayDeletion", "must be Never or WhenTearingDown") from None
     hold_updates = _enum(HoldUpdates, spec.get("holdUpdates", HoldUpdates.NEVER.value), "spec.holdUpdates")
     scale_to_zero = _enum(ScaleToZero, spec.get("scaleToZero", ScaleToZero.ALLOW.value), "spec.scaleToZero")
+    recreated = _enum(RecreatedProvider, spec.get("recreatedProvider", RecreatedProvider.PROTECT.value),
+                      "spec.recreatedProvider")
+    if recreated == RecreatedProvider.ORPHAN and isinstance(provider, ProviderSelector):
+        # A set has no one object that could be re-created: its members come and go by design.
+        raise InvalidSpec("spec.recreatedProvider", "Orphan needs a provider named by spec.provider.name, "
+                          "not a selector")
     raw_criteria = spec.get("criteria")
     if not isinstance(raw_criteria, list) or not raw_criteria:
         raise InvalidSpec("spec.criteria", "required: a non-empty list")
@@ -291,7 +318,8 @@ def parse_spec(spec: Any, *, lenient_conditions: bool = False) -> CriticalServic
     criteria = tuple(_parse_criterion(c, f"spec.criteria[{i}]", lenient_conditions)
                      for i, c in enumerate(raw_criteria))
     return CriticalService(name="", provider=provider, criteria=criteria, enforcement=enforcement,
-                           replay_deletion=replay_deletion, hold_updates=hold_updates, scale_to_zero=scale_to_zero)
+                           replay_deletion=replay_deletion, hold_updates=hold_updates, scale_to_zero=scale_to_zero,
+                           recreated_provider=recreated)
 
 
 def _enum(kind: type[_E], raw: Any, path: str) -> _E:

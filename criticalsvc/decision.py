@@ -10,6 +10,9 @@
     DELETE of a CriticalService   not while its provider exists (terminating or not), nor while the
                                   provider's namespace is terminating: the protection outlives what it
                                   protects, so it is the last of its group to go
+    spec.recreatedProvider: Orphan      a CriticalService's own DELETE is allowed while the object under its
+                                  provider's name is not the one it protected before (status.previousProviderUID:
+                                  deleted and re-created) and every criterion holds; never a provider's DELETE
     DELETE of the CriticalService CRD   not while any CriticalService exists: CRD cleanup deletes
                                   the CRs without admission and the gate would silently lose all protection
     DELETE of a provider's CRD    as a DELETE of the provider: while some CriticalService whose (existing)
@@ -65,6 +68,7 @@ from .api import (
     HoldUpdates,
     ObjectRef,
     ProviderSelector,
+    RecreatedProvider,
     ScaleToZero,
     parse_critical_service,
 )
@@ -101,6 +105,10 @@ class Rule(enum.StrEnum):
     SCALE_TO_ZERO = "scale-to-zero"
     # An UPDATE a lock never holds (finalizer removal, status, bookkeeping): see criticalsvc/updates.py.
     UPDATE_EXEMPT = "update-exempt"
+    # A CriticalService's DELETE let through by spec.recreatedProvider: Orphan (its provider was re-created).
+    RECREATED_PROVIDER_ORPHANED = "recreated-provider-orphaned"
+    # An UPDATE of a CriticalService that changes only spec.recreatedProvider (audited, never routine).
+    RECREATED_PROVIDER_INTENT = "recreated-provider-intent"
     # Not a decision: the answer to the leader's routing probe (criticalsvc/webhookrouter.py).
     ROUTING_PROBE = "routing-probe"
 
@@ -127,6 +135,8 @@ class Decision:
     # CriticalServices whose criteria block the deletion (for Events and status).
     blocking: tuple[str, ...] = ()
     break_glass: str | None = None
+    # spec.recreatedProvider at work (changed, or letting a CriticalService go): for the audit annotation.
+    recreated_provider: str | None = None
 
 
 def allow(rule: Rule, *, warnings: Sequence[str] = (), protected: bool = False, **kw: Any) -> Decision:
@@ -209,6 +219,7 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
 
     blocks: list[Block] = []
     protected = False
+    orphaned: str | None = None
     if gr == NAMESPACES:
         # Deleting the namespace cannot take down a provider that is not there.
         hosted = [cs for cs in sorted(state.hosted_in(name), key=lambda c: c.name) if _provider_here(cs, name, state)]
@@ -216,7 +227,8 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
         blocks += _namespace_blocks(name, hosted, state)
     if gr == CRITICAL_SERVICES:
         protected = True
-        blocks += _service_blocks(request, name, state)
+        service_blocks, orphaned = _service_blocks(request, name, state)
+        blocks += service_blocks
     if gr == CRDS and name == CRD_NAME:
         protected = True
         services = sorted(cs.name for cs in state.critical_services())
@@ -241,7 +253,10 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
         protected = True
         blocks += _criteria_blocks(cs, state, "protects it" if isinstance(cs.provider, ObjectRef) else
                                    f"selects it by its labels ({cs.provider}) and protects it")
-
+    if orphaned is not None and not blocks:
+        # Nothing else has a say (a CriticalService may itself be another's provider): the intent decides.
+        return allow(Rule.RECREATED_PROVIDER_ORPHANED, warnings=[orphaned], protected=True,
+                     recreated_provider="Orphan")
     return _conclude(ref, blocks, annotations, protected=protected)
 
 
@@ -313,7 +328,9 @@ def _namespace_blocks(namespace: str, hosted: Sequence[CriticalService], state: 
     return blocks
 
 
-def _service_blocks(request: AdmissionRequest, name: str, state: ClusterState) -> list[Block]:
+def _service_blocks(request: AdmissionRequest, name: str, state: ClusterState) -> tuple[list[Block], str | None]:
+    """What holds the CriticalService's own DELETE back; and, when spec.recreatedProvider: Orphan lets it go
+    although its provider is there (a re-created one), the warning saying so (else None)."""
     cs: CriticalService | None
     try:
         cs = parse_critical_service(request.old_object) if request.old_object is not None else None
@@ -322,23 +339,63 @@ def _service_blocks(request: AdmissionRequest, name: str, state: ClusterState) -
     if cs is None:
         cs = next((c for c in state.critical_services() if c.name == name), None)
     if cs is None:
-        return []  # an unparseable CriticalService protects nothing the gate could name
+        return [], None  # an unparseable CriticalService protects nothing the gate could name
     if isinstance(cs.provider, ProviderSelector):
         # Every selected object is its provider: it waits for the last, terminating or not.
         members = provider_objects(cs.provider, state)
         if members:
             return [Block(f"its provider set ({cs.provider}) still has {_some(members)}; a CriticalService goes "
-                          "after its provider", cs.name, cs.enforcement)]
+                          "after its provider", cs.name, cs.enforcement)], None
     elif (provider := state.get(cs.provider)) is not None:
+        orphan = recreated_provider_orphan(cs, provider, state)
+        if orphan.orphaned:
+            return [], orphan.message
         state_word = "is terminating" if provider.terminating else "still exists"
-        return [Block(f"its provider {_provider(cs)} {state_word}; a CriticalService goes after its provider",
-                      cs.name, cs.enforcement)]
+        return [Block(f"its provider {_provider(cs)} {state_word}; a CriticalService goes after its provider"
+                      f"{orphan.hint}", cs.name, cs.enforcement)], None
     if cs.provider.namespace:
         ns = state.get(ObjectRef(NAMESPACES, "", cs.provider.namespace))
         if ns is not None and ns.terminating:
             return [Block(f"its provider's namespace {cs.provider.namespace} is still terminating; a "
-                          "CriticalService goes after everything it protects", cs.name, cs.enforcement)]
-    return []
+                          "CriticalService goes after everything it protects", cs.name, cs.enforcement)], None
+    return [], None
+
+
+@attrs.frozen
+class Orphan:
+    """Whether spec.recreatedProvider: Orphan lets a CriticalService go although its named provider is there.
+
+    `orphaned`: it does now; `message` says why (a warning on the DELETE, the status condition's message).
+    Otherwise `hint` is what the refusal adds ("" when the provider is simply the one protected)."""
+
+    orphaned: bool
+    message: str = ""
+    hint: str = ""
+
+
+def recreated_provider_orphan(cs: CriticalService, provider: KubeObject, state: ClusterState) -> Orphan:
+    """The seed's orphan intent, decided (design/criticalservice.md §6). Pure, shared by the DELETE, the status
+    and `explain`. The object under the provider's name is a re-creation when its uid differs from
+    status.previousProviderUID, the uid the gate saw there before the current one: that earlier object is then
+    gone (one name, one object). The criteria must hold too: a re-created provider that something needs again
+    keeps its protection, so the intent never drops protection anything is waiting on."""
+    previous = cs.previous_provider_uid
+    recreated = previous is not None and bool(provider.uid) and provider.uid != previous
+    if not recreated:
+        if cs.recreated_provider == RecreatedProvider.ORPHAN:
+            return Orphan(False, hint=" (spec.recreatedProvider: Orphan lets it go only once the gate has seen the "
+                          "provider re-created, status.previousProviderUID; this one is the object it protects)")
+        return Orphan(False)
+    again = f"{cs.provider} was deleted and re-created (uid {provider.uid}, before {previous})"
+    if cs.recreated_provider != RecreatedProvider.ORPHAN:
+        return Orphan(False, hint=f"; {again}: if the teardown is stuck behind the re-created object, set "
+                      f"spec.recreatedProvider: Orphan on CriticalService {cs.name} to let it go without it")
+    unmet = [v for v in (criteria.evaluate(c, state) for c in cs.criteria) if not v.satisfied]
+    if unmet:
+        return Orphan(False, hint=f"; {again} and spec.recreatedProvider is Orphan, but it is let go only "
+                      f"while every criterion holds, and {unmet[0].describe()}")
+    return Orphan(True, f"{again}; spec.recreatedProvider: Orphan lets CriticalService {cs.name} go, and the "
+                  "re-created object is no longer protected")
 
 
 def _conclude(ref: ObjectRef, blocks: list[Block], annotations: Mapping[str, Any], *, protected: bool) -> Decision:
@@ -404,6 +461,10 @@ def _decide_write(request: AdmissionRequest, state: ClusterState, manages_routes
         except InvalidSpec:
             old = None
         if old is not None and _same_spec(old, cs):
+            if old.recreated_provider != cs.recreated_provider:
+                # Only the intent changed: it adds no dependency (no cycle check), and it is what a stuck
+                # teardown's operator sets, so it is never refused for the rest of the spec's sake.
+                return _intent_changed(cs, request.username)
             return allow(Rule.VALID_SPEC)  # metadata-only edits (labels, break-glass) are never blocked
     warnings = list(_spec_warnings(cs, state, manages_routes))
     from .graph import NAMESPACE_STEP, check_no_cycle, namespace_deletion_cycle  # graph builds on criteria
@@ -420,10 +481,27 @@ def _decide_write(request: AdmissionRequest, state: ClusterState, manages_routes
         steps = f" ({'; '.join(exc.steps)})" if exc.steps else ""
         return deny(Rule.CYCLE, f'CriticalService "{cs.name}" would close a {exc}; no teardown of these '
                     f"could ever finish{steps}", warnings=tuple(_warning(w) for w in warnings))
-    return allow(Rule.VALID_SPEC, warnings=warnings)
+    changed = request.operation == "UPDATE" and request.old_object is not None and \
+        _mapping(request.old_object.get("spec")).get("recreatedProvider", "Protect") != cs.recreated_provider.value
+    return allow(Rule.VALID_SPEC, warnings=warnings,
+                 recreated_provider=f"{cs.recreated_provider.value} set by {request.username or 'someone'}"
+                 if changed else None)
+
+
+def _intent_changed(cs: CriticalService, user: str) -> Decision:
+    who = user or "someone"
+    if cs.recreated_provider == RecreatedProvider.ORPHAN:
+        text = (f"spec.recreatedProvider set to Orphan by {who}: CriticalService {cs.name} may be deleted while its "
+                "provider is a re-created object and every criterion holds; that object is then unprotected")
+    else:
+        text = (f"spec.recreatedProvider set to {cs.recreated_provider.value} by {who}: a re-created provider is "
+                "protected")
+    return allow(Rule.RECREATED_PROVIDER_INTENT, warnings=[text],
+                 recreated_provider=f"{cs.recreated_provider.value} set by {who}")
 
 
 def _same_spec(a: CriticalService, b: CriticalService) -> bool:
+    # spec.recreatedProvider is left out: changing it alone is decided by _intent_changed.
     return (a.provider, a.criteria, a.enforcement, a.replay_deletion, a.hold_updates, a.scale_to_zero) == \
         (b.provider, b.criteria, b.enforcement, b.replay_deletion, b.hold_updates, b.scale_to_zero)
 

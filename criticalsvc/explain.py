@@ -17,11 +17,21 @@ import attrs
 
 from . import criteria, nsorder
 from .admission import AdmissionRequest
-from .api import CRD_NAME, CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, ObjectRef, ReplayDeletion
+from .api import (
+    CRD_NAME,
+    CRDS,
+    CRITICAL_SERVICES,
+    NAMESPACES,
+    CriticalService,
+    ObjectRef,
+    RecreatedProvider,
+    ReplayDeletion,
+)
 from .criteria import Verdict
 from .decision import Decision, decide
 from .replay import DeletionIntent
 from .state import ClusterState, provider_objects
+from .stuck import Stuck, finalizer_controller
 from .timestamps import format_rfc3339
 
 
@@ -32,6 +42,8 @@ class ServiceReport:
     verdicts: tuple[Verdict, ...]
     # Per criterion, the first objects its condition left out (empty without a condition).
     excluded: tuple[tuple[ObjectRef, ...], ...] = ()
+    # Whether its Finalizer criteria wait on a provider that is not running (criticalsvc/stuck.py).
+    stuck: Stuck | None = None
 
 
 @attrs.frozen
@@ -54,6 +66,8 @@ class Explanation:
             "warnings": list(self.decision.warnings),
             "criticalServices": [
                 {"name": r.service.name, "role": r.role, "enforcement": r.service.enforcement.value,
+                 **({"stuck": {"reason": r.stuck.reason.value, "message": r.stuck.message}}
+                    if r.stuck is not None and r.stuck.stuck else {}),
                  "criteria": [{"index": i, "satisfied": v.satisfied, "description": str(v.criterion),
                                "count": v.count, "examples": [e.key for e in v.examples],
                                **_condition_dict(v, r.excluded[i] if r.excluded else ())}
@@ -107,8 +121,11 @@ def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | 
     reports: list[ServiceReport] = []
 
     def add(cs: CriticalService, role: str) -> None:
-        reports.append(ServiceReport(cs, role, tuple(criteria.evaluate(c, state) for c in cs.criteria),
-                                     tuple(criteria.excluded_objects(c, state) for c in cs.criteria)))
+        verdicts = tuple(criteria.evaluate(c, state) for c in cs.criteria)
+        provider = state.get(cs.provider) if isinstance(cs.provider, ObjectRef) else None
+        stuck = finalizer_controller(cs, provider, [v for v in verdicts if not v.satisfied], state)
+        excluded = tuple(criteria.excluded_objects(c, state) for c in cs.criteria)
+        reports.append(ServiceReport(cs, role, verdicts, excluded, stuck))
 
     labels = _mapping(_mapping(obj.get("metadata")).get("labels"))
     for cs in sorted(state.protecting(target, labels), key=lambda c: c.name):
@@ -153,6 +170,13 @@ def render_text(e: Explanation) -> str:
         if r.service.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN:
             lines.append("    replayDeletion: WhenTearingDown - a refused DELETE is replayed by the gate once these "
                          "criteria hold, if everything blocking it is being deleted")
+        if r.stuck is not None and r.stuck.stuck:
+            lines.append(f"    STUCK ({r.stuck.reason.value}): {r.stuck.message}")
+        if r.service.recreated_provider == RecreatedProvider.ORPHAN:
+            before = r.service.previous_provider_uid
+            seen = f"the gate saw uid {before} there before" if before else "the gate has seen no re-creation yet"
+            lines.append(f"    recreatedProvider: Orphan - this CriticalService may go while {r.service.provider} is a "
+                         f"re-created object and every criterion holds ({seen}); never the provider itself")
     for intent in e.intents:
         policy = f" (propagationPolicy {intent.propagation_policy})" if intent.propagation_policy else ""
         lines.append(f"  Deletion intent ({intent.phase.value}): {intent.user or 'someone'} asked at "

@@ -213,6 +213,38 @@ class KubeObject:
         return self.deletion_timestamp is not None
 
 
+# The provider types whose availability the gate reads (spec.replicas, status.availableReplicas), to tell
+# whether a finalizer's controller runs (criticalsvc/stuck.py). Caches watch them whole (cache/watchset.py).
+WORKLOADS = frozenset({GroupResource("apps", "deployments"), GroupResource("apps", "statefulsets")})
+
+
+@attrs.frozen(eq=True, hash=False)
+class Workload(KubeObject):
+    """A Deployment or StatefulSet, with how many replicas it asks for and how many are available.
+
+    A subclass rather than two more fields of KubeObject: the slots cost every cached object of every type
+    8 bytes each, and only these two types need them. None: not known (a metadata-only projection)."""
+
+    replicas: int | None = None
+    available_replicas: int | None = None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _availability(obj: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(spec.replicas, status.availableReplicas) of a whole workload; (None, None) for metadata only. An
+    absent spec.replicas is the API's default, 1 (apps/v1 DeploymentSpec, StatefulSetSpec); an absent
+    status.availableReplicas is 0 (omitempty drops a zero)."""
+    spec, status = obj.get("spec"), obj.get("status")
+    if not isinstance(spec, Mapping):
+        return None, None
+    replicas = _count(spec.get("replicas", 1))
+    available = _count((status if isinstance(status, Mapping) else {}).get("availableReplicas", 0))
+    return replicas, available
+
+
 def project(obj: Mapping[str, Any], group_resource: GroupResource,
             conditions: Iterable[Condition] = ()) -> KubeObject:
     """A full object (JSON) -> its slim projection, with the outcome of each of `conditions` on it;
@@ -236,7 +268,12 @@ def project(obj: Mapping[str, Any], group_resource: GroupResource,
     if not isinstance(finalizers, list | tuple) or not all(isinstance(f, str) for f in finalizers):
         raise MalformedManifest("metadata.finalizers", "must be a list of strings")
     deletion = metadata.get("deletionTimestamp") or None
-    return KubeObject(
+    extra: dict[str, Any] = {}
+    kind: type[KubeObject] = KubeObject
+    if group_resource in WORKLOADS:
+        kind = Workload
+        extra["replicas"], extra["available_replicas"] = _availability(obj)
+    return kind(
         group_resource=group_resource,
         namespace=namespace,
         name=name,
@@ -245,6 +282,7 @@ def project(obj: Mapping[str, Any], group_resource: GroupResource,
         finalizers=tuple(finalizers),
         deletion_timestamp=str(deletion) if deletion else None,
         outcomes=evaluate_all(conditions, obj),
+        **extra,
     )
 
 

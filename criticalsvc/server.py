@@ -548,6 +548,8 @@ class Webhook:
             fields["warnings"] = list(decision.warnings)
         if decision.blocking:
             fields["blocking"] = list(decision.blocking)
+        if decision.recreated_provider:
+            fields["recreated_provider"] = decision.recreated_provider  # who set the intent (design §6)
         if live:
             fields["live_confirmation"] = live
         if decision.allowed and decision.break_glass:

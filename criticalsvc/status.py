@@ -36,6 +36,22 @@ writer that recomputes every few seconds does not churn it.
                                                 namespace routes every namespace DELETE; a condition past the
                                                 size the API server takes routes a type whole): the message
                                                 says which and why (criticalsvc/routing.py)
+    ProviderRecreated   (a named provider the gate has seen re-created, status.previousProviderUID; or
+                     spec.recreatedProvider: Orphan set)
+               True  (Orphaned)                 the object under the provider's name is a re-creation and
+                                                spec.recreatedProvider: Orphan lets this CriticalService go
+                                                without it (decision.recreated_provider_orphan): the intent is
+                                                in effect
+               True  (Protected)                it is a re-creation, and it is protected (Protect, or Orphan
+                                                while a criterion is unmet): the message says why and what to set
+               False (SameProvider)             Orphan is set, but the provider there is the one protected
+               False (ProviderGone)             Orphan is set and no provider is there (nothing to orphan)
+    Stuck      (a named provider and some Finalizer criterion; criticalsvc/stuck.py)
+               True  (FinalizerControllerDown)  a Finalizer criterion is unmet and the provider, which removes
+                                                the finalizer, is not running: terminating, scaled to 0, or no
+                                                replica available; the message gives the way out (scale up, or
+                                                the kubectl patch that removes the finalizer by hand)
+               False (ControllerAvailable | NoFinalizerPending | ProviderAbsent | AvailabilityUnknown)
     ReplayPermitted   (spec.replayDeletion: WhenTearingDown only)
                True  (Permitted)                the gate may delete what it would replay
                False (Forbidden)                it may not: the message names the missing grant
@@ -45,8 +61,9 @@ writer that recomputes every few seconds does not churn it.
 
 `providers` counts the objects a provider selector (spec.provider.selector) selects now; for a named
 provider, `providerUID` records the uid of the provider last seen, so a provider deleted and re-created under
-the same name is visible (the design's open question on adoption); `blockers` names the first few
-unmet criteria with example objects, the same words the denial message uses.
+the same name is visible (the design's open question on adoption), and `previousProviderUID` the uid seen
+there before it once the uid changed (what spec.recreatedProvider: Orphan compares against); `blockers`
+names the first few unmet criteria with example objects, the same words the denial message uses.
 """
 
 from __future__ import annotations
@@ -54,12 +71,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from . import criteria
-from .api import CriticalService, Enforcement, GroupResource, ObjectRef, ProviderSelector, ReplayDeletion
+from .api import (
+    CriticalService,
+    Enforcement,
+    GroupResource,
+    ObjectRef,
+    ProviderSelector,
+    RecreatedProvider,
+    ReplayDeletion,
+)
+from .decision import recreated_provider_orphan
 from .errors import UNVERIFIED, StateUnavailable
 from .objects import KubeObject
 from .routing import PROVIDERS_CONFIGURATION, Route, Routing, not_routed
 from .state import ClusterState, provider_objects
+from .stuck import finalizer_controller
 from .timestamps import format_rfc3339
 
 if TYPE_CHECKING:  # status reports replay's intents; the rules never import how they are reported (.importlinter)
@@ -174,6 +203,11 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     conditions = [ready, blocking]
     if routing is not None and routing.managed and provider_type is not None:
         conditions.append(_narrow_condition(cs, routing, now=stamp, generation=generation, previous=prev_conditions))
+    if provider_known and not unverifiable and not type_error:
+        stuck = finalizer_controller(cs, provider, [v for _, v in unmet], state)
+        if stuck is not None:
+            conditions.append(_condition("Stuck", stuck.stuck, stuck.reason.value, stuck.message, now=stamp,
+                                         generation=generation, previous=prev_conditions))
     if cs.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN:
         conditions.append(_replay_condition(replay_forbidden, now=stamp, generation=generation,
                                             previous=prev_conditions))
@@ -205,7 +239,50 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         status["providerUID"] = provider.uid
     elif cs.provider_uid:
         status["providerUID"] = cs.provider_uid  # keep the last uid seen while the provider is away
+    if isinstance(cs.provider, ObjectRef):
+        previous_uid = _previous_uid(cs, provider if provider_known else None, previous)
+        if previous_uid:
+            status["previousProviderUID"] = previous_uid
+        recreated = _recreated_condition(attrs.evolve(cs, previous_provider_uid=previous_uid), provider, state,
+                                         known=provider_known and verified, now=stamp, generation=generation,
+                                         previous=prev_conditions)
+        if recreated is not None:
+            conditions.append(recreated)
     return status
+
+
+def _previous_uid(cs: CriticalService, provider: KubeObject | None,
+                  previous: Mapping[str, Any] | None) -> str | None:
+    """status.previousProviderUID: the uid seen under the provider's name before the current one. It moves
+    only when the gate sees a new uid there, so it survives the provider being away and the gate restarting
+    (it is read back from the status); an unknown provider changes nothing."""
+    last = cs.provider_uid or (previous or {}).get("providerUID")
+    kept = cs.previous_provider_uid or (previous or {}).get("previousProviderUID")
+    if provider is not None and provider.uid and isinstance(last, str) and last and last != provider.uid:
+        return last
+    return kept if isinstance(kept, str) and kept else None
+
+
+def _recreated_condition(cs: CriticalService, provider: KubeObject | None, state: ClusterState, *, known: bool,
+                         **kw: Any) -> dict[str, Any] | None:
+    orphan_set = cs.recreated_provider == RecreatedProvider.ORPHAN
+    if not known:
+        return None  # the criteria or the provider cannot be read now: Blocking says so, this would guess
+    if provider is None:
+        if not orphan_set:
+            return None
+        return _condition("ProviderRecreated", False, "ProviderGone", f"no {cs.provider} is there; "
+                          "spec.recreatedProvider: Orphan lets this CriticalService go past a re-created one only",
+                          **kw)
+    verdict = recreated_provider_orphan(cs, provider, state)
+    if verdict.orphaned:
+        return _condition("ProviderRecreated", True, "Orphaned", verdict.message, **kw)
+    recreated = cs.previous_provider_uid is not None and provider.uid != cs.previous_provider_uid
+    if recreated:
+        return _condition("ProviderRecreated", True, "Protected", verdict.hint.lstrip("; "), **kw)
+    if not orphan_set:
+        return None
+    return _condition("ProviderRecreated", False, "SameProvider", verdict.hint.strip(" ()"), **kw)
 
 
 def _replay_condition(forbidden: Sequence[GroupResource] | None, **kw: Any) -> dict[str, Any]:

@@ -24,10 +24,10 @@ import attrs
 import structlog
 
 from .admission import AdmissionRequest
-from .api import GROUP, PLURAL, VERSION, ObjectRef
-from .decision import Decision
+from .api import API_VERSION, GROUP, KIND, PLURAL, VERSION, ObjectRef
+from .decision import Decision, Rule
 from .errors import StateUnavailable
-from .events import EventRecorder
+from .events import EventRecorder, object_event
 from .routing import Routing
 from .server import StateSource
 from .state import ClusterState
@@ -266,7 +266,11 @@ class StatusWriter:
 
     # --- events (every replica) -------------------------------------------------------------------
     def record(self, request: AdmissionRequest, decision: Decision) -> None:
-        """Queue Events for a denial (never blocks the admission path; drops when the queue is full)."""
+        """Queue Events for a denial, and for spec.recreatedProvider set or letting a CriticalService go (never
+        blocks the admission path; drops when the queue is full)."""
+        if decision.allowed and decision.recreated_provider and not request.dry_run:
+            self._recreated_provider_event(request, decision)
+            return
         if decision.allowed or request.dry_run or not decision.blocking:
             return
         state = self.source.state
@@ -279,6 +283,19 @@ class StatusWriter:
                 with contextlib.suppress(asyncio.QueueFull):
                     self._events.put_nowait(event)
         self.poke()
+
+    def _recreated_provider_event(self, request: AdmissionRequest, decision: Decision) -> None:
+        # Who set the intent, and when it let a CriticalService go, on the CriticalService itself (the audit
+        # annotation says the same to whoever reads the audit log).
+        cs = next((c for c in self.source.state.critical_services() if c.name == request.name), None)
+        involved = {"apiVersion": API_VERSION, "kind": KIND, "name": request.name, "uid": cs.uid if cs else ""}
+        orphaned = decision.rule == Rule.RECREATED_PROVIDER_ORPHANED
+        who = request.username or "someone"
+        message = (f"deleted by {who}: " if orphaned else "") + "; ".join(decision.warnings)
+        event = object_event(involved=involved, reason="RecreatedProviderOrphaned" if orphaned else
+                             "RecreatedProviderIntent", message=message or str(decision.recreated_provider),
+                             now=self.clock(), warning=True, name_hint=request.name)
+        self.post_event(event)
 
     async def run_events(self) -> None:
         from kubernetes.aio import client

@@ -314,10 +314,12 @@ def test_status_blockers_and_events_follow_a_recreated_criticalservice(cluster: 
             def blocked() -> bool:
                 status = (cluster.admin.get(path) or {}).get("status") or {}
                 conditions = _conditions({"status": status})
+                # Ready turns Enforcing only after the routing probe (design/routing.md), which may come after the
+                # first Blocking status: wait for both rather than race them.
                 return conditions.get("Blocking", {}).get("status") == "True" and status.get("unmetCriteria") == 1 \
                     and conditions.get("Ready", {}).get("status") == "True"
 
-            wait_for(blocked, timeout=60, what=f"generation {generation}'s status to say it is enforced and blocking")
+            wait_for(blocked, timeout=60, what=f"generation {generation}'s status to say it is blocking and Ready")
             cs = cluster.admin.get(path) or {}
             conditions = _conditions(cs)
             assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("True", "Enforcing")

@@ -570,6 +570,7 @@ INVALID: list[tuple[str, str, Any, str]] = [
     ("namespace too long", "spec.provider.namespace", "n" * 64, "schema"),
     ("unknown provider field", "spec.provider.nmae", "ctrl", "schema"),
     ("unknown spec field", "spec.priority", 1, "schema"),
+    ("recreatedProvider unknown", "spec.recreatedProvider", "BestEffort", "schema"),
     ("specificResource name missing", "spec.criteria[1].specificResource.name", DELETE, "schema"),
     ("resources resource missing", "spec.criteria[2].resources.resource", DELETE, "schema"),
     ("matchLabels value not a string", "spec.criteria[2].resources.selector.matchLabels.app", 1, "schema"),
@@ -622,6 +623,8 @@ VALID: list[tuple[str, str, Any]] = [
     ("Exists without values", f"{_EXPR}", {"key": "tier", "operator": "Exists"}),
     ("DoesNotExist with an empty list", f"{_EXPR}", {"key": "tier", "operator": "DoesNotExist", "values": []}),
     ("enforcement Warn", "spec.enforcement", "Warn"),
+    ("recreatedProvider Orphan", "spec.recreatedProvider", "Orphan"),
+    ("recreatedProvider Protect", "spec.recreatedProvider", "Protect"),
     ("finalizer without a prefix", "spec.criteria[0].finalizer.finalizerName", "cleanup"),
     ("RBAC-style name", "spec.provider.name", "system:controller"),
     ("longest name", "spec.provider.name", "n" * 253),
@@ -634,6 +637,16 @@ VALID: list[tuple[str, str, Any]] = [
      {"resource": "PersistentVolumeClaim", "selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}),
     ("an empty provider selector", "spec.provider", {"resource": "persistentvolumeclaims", "selector": {}}),
 ]
+
+
+def test_orphan_with_a_provider_selector_is_refused_by_the_cel_rule_and_the_parser_in_the_same_words() -> None:
+    """A set has no one object that could be re-created: Orphan needs spec.provider.name."""
+    obj = edited("spec.provider", {"resource": "persistentvolumeclaims", "selector": {"matchLabels": {"app": "db"}}})
+    obj = edited("spec.recreatedProvider", "Orphan", obj)
+    refused = parser_verdict(obj)
+    assert refused is not None and refused.path == "spec.recreatedProvider"
+    assert schema_errors(obj) == []
+    assert cel_errors(obj) == [str(refused)]
 
 
 @pytest.mark.parametrize(("path", "value"), [c[1:] for c in VALID], ids=[c[0] for c in VALID])
@@ -705,7 +718,7 @@ def test_cel_rules_are_budgeted() -> None:
             walk(node["items"], [*lists, node], f"{where}[]")
 
     walk(openapi_schema(), [], "")
-    assert found == 6
+    assert found == 7
 
 
 def test_cel_rules_compile_and_accept_every_criterion_type() -> None:

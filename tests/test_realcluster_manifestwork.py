@@ -379,3 +379,98 @@ def test_reference_story_pruned_as_an_applyset(realcluster: RealCluster, agent: 
             RepeatingDeleter(realcluster.admin, {
                 **paths, "kept": f"/api/v1/namespaces/default/configmaps/kept-{suffix}",
                 "parent": f"/apis/criticalsvc.test/v1/applysets/story-{suffix}"}).run(timeout=120)
+
+
+def test_a_provider_recreated_mid_teardown_is_orphaned_by_spec_recreated_provider(
+        realcluster: RealCluster, agent: ManifestWorkAgent) -> None:
+    """The seed's open question on the real control plane (design/criticalservice.md §6). A ManifestWork carries a
+    CriticalService and its provider Deployment, which waits for a StatefulSet "user" of another owner. Deleting
+    the ManifestWork: the agent's one pass is refused both, the ManifestWork finalizes, and the garbage collector
+    retries both with its doubling backoff. "user" goes, and a controller replaces the provider: deleted (now
+    allowed) and re-created under the same name at once. The CriticalService is stuck (its provider exists; the
+    garbage collector would retry forever), its status says so (previousProviderUID, ProviderRecreated), and
+    `spec.recreatedProvider: Orphan` set by hand lets the garbage collector's next retry through: the teardown
+    finishes, the re-created Deployment stays, unprotected."""
+    suffix = uuid.uuid4().hex[:4]
+    ns, name, csvc = f"recreate-{suffix}", "ctrl", f"recreate-{suffix}"
+    deployment_path = f"/apis/apps/v1/namespaces/{ns}/deployments/{name}"
+    user_path = f"/apis/apps/v1/namespaces/{ns}/statefulsets/user"
+    cs_path = f"/apis/criticalsvc.io/v1alpha1/criticalservices/{csvc}"
+
+    def workload(kind: str, name: str) -> dict[str, Any]:
+        labels = {"app": name}
+        spec = {"replicas": 0, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/c"}]}}}
+        if kind == "StatefulSet":
+            spec["serviceName"] = name
+        return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": ns}, "spec": spec}
+
+    def deployment() -> dict[str, Any]:
+        return workload("Deployment", name)
+
+    manifests = [
+        deployment(),
+        {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": csvc},
+         "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": ns, "name": name},
+                  "criteria": [{"type": "SpecificResource", "specificResource": {
+                      "group": "apps", "resource": "statefulsets", "namespace": ns, "name": "user"}}]}},
+    ]
+    # The namespace and "user" are not the ManifestWork's: the re-created provider needs a namespace that is not
+    # terminating, and the test decides when "user" goes. (A StatefulSet: the gate reads apps workloads without
+    # a grant of the test's own.)
+    realcluster.admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    assert realcluster.admin.create(f"/apis/apps/v1/namespaces/{ns}/statefulsets",
+                                    workload("StatefulSet", "user")).status_code == 201
+    work = agent.apply(f"recreate-{suffix}", manifests)
+    original_uid = (realcluster.admin.get(deployment_path) or {})["metadata"]["uid"]
+    paths = {"StatefulSet": user_path, "CriticalService": cs_path, "ManifestWork": work.path,
+             "AppliedManifestWork": work.applied_path}
+    teardown = Teardown(realcluster.admin, work)
+    try:
+        wait_for(lambda: examples.enforcing(realcluster.admin, csvc), timeout=60, what=f"{csvc} Ready (Enforcing)")
+        teardown.start()
+        wait_for(lambda: teardown.manifestwork_gone_at is not None, timeout=30, what="the ManifestWork gone")
+        assert {d.path for d in teardown.refused()} == {deployment_path, cs_path}, teardown.deletes
+        # The garbage collector retries both, 5 ms doubling: after ~5 s its next retry of the CriticalService is
+        # ~5 s away, so the controller's delete-and-create below fits in between (otherwise the retry could find
+        # the provider gone for a moment and delete the CriticalService, and nothing would be stuck).
+        time.sleep(5)
+        assert realcluster.admin.delete(user_path).status_code == 200
+        wait_for(lambda: realcluster.admin.delete(deployment_path, params={"dryRun": "All"}).status_code == 200,
+                 timeout=20, what="the provider's DELETE allowed once user is gone", interval=0.05)
+        realcluster.admin.delete(deployment_path)  # the controller (or the garbage collector's retry)
+        wait_for(lambda: not realcluster.admin.exists(deployment_path), timeout=10, what="the provider gone",
+                 interval=0.02)
+        created = realcluster.admin.create(f"/apis/apps/v1/namespaces/{ns}/deployments", deployment())
+        assert created.status_code == 201, created.text
+        new_uid = created.json()["metadata"]["uid"]
+        assert realcluster.admin.exists(cs_path), "the CriticalService went in the gap: nothing to test"
+
+        def recreated() -> dict[str, Any] | None:
+            status = (realcluster.admin.get(cs_path) or {}).get("status") or {}
+            return next((c for c in status.get("conditions") or [] if c["type"] == "ProviderRecreated"), None)
+
+        wait_for(lambda: recreated() is not None, timeout=20, what="the status to show the re-creation")
+        status = (realcluster.admin.get(cs_path) or {})["status"]
+        assert (status["providerUID"], status["previousProviderUID"]) == (new_uid, original_uid)
+        assert recreated()["reason"] == "Protected"  # type: ignore[index]
+        # Stuck: the CriticalService's DELETE is refused, and the refusal names the way out.
+        dry = realcluster.admin.delete(cs_path, params={"dryRun": "All"})
+        assert dry.status_code == 403 and "set spec.recreatedProvider: Orphan" in dry.json()["message"], dry.text
+        # The intent, set by hand: an UPDATE the gate reviews, warns about and lets through.
+        set_intent = realcluster.admin.merge_patch(cs_path, {"spec": {"recreatedProvider": "Orphan"}})
+        assert set_intent.status_code == 200, set_intent.text
+        assert "set to Orphan by" in set_intent.headers.get("warning", ""), set_intent.headers
+        started = time.monotonic()
+        wait_for(lambda: not realcluster.admin.exists(cs_path), timeout=40,
+                 what="the garbage collector's retry deleting the CriticalService")
+        print(f"recreated provider: the CriticalService went {time.monotonic() - started:.1f} s after the intent")
+        # The re-created provider stays, now unprotected: its DELETE is allowed.
+        assert (realcluster.admin.get(deployment_path) or {})["metadata"]["uid"] == new_uid
+        wait_for(lambda: realcluster.admin.delete(deployment_path, params={"dryRun": "All"}).status_code == 200,
+                 timeout=20, what="the orphaned provider's DELETE allowed")
+        assert all_gone(realcluster.admin, paths.values())
+    finally:
+        teardown.stop()
+        left = {**paths, "Deployment": deployment_path, "Namespace": f"/api/v1/namespaces/{ns}"}
+        _clean_up(realcluster, [work], left, [])

@@ -6,6 +6,8 @@ the status is tests/test_statuswriter.py (the writer against the stand-in, the t
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ import yaml
 from tests.backends import RealBackend, deployment_manifest, protect_with_user, unique, widget_crd
 from tests.realcluster.__main__ import quick_start
 from tests.realcluster.cluster import RealCluster
-from tests.realcluster.teardown import Story, wait_for
+from tests.realcluster.teardown import RepeatingDeleter, Story, wait_for
 
 pytestmark = pytest.mark.realcluster
 
@@ -224,3 +226,56 @@ def test_the_quick_start_up_prints_runs_verbatim(realcluster: RealCluster, tmp_p
     assert done.returncode == 0, output
     for path in [*story.paths().values(), f"{CLUSTERROLES}/criticalsvc-read-coolresources"]:
         assert realcluster.admin.get(path) is None, path
+
+
+def test_stuck_says_when_a_finalizer_waits_on_a_provider_with_no_replica(realcluster: RealCluster) -> None:
+    """Condition Stuck on the real control plane (design/criticalservice.md §6, "Finalizers held by an absent
+    controller"): a StatefulSet carries the finalizer the provider Deployment would remove, and the Deployment is
+    scaled to 0: Stuck is True (FinalizerControllerDown) with the way out; scaled back up (kwok runs its pod, the
+    Deployment controller counts it available), Stuck is False (ControllerAvailable). This needs the gate's cache
+    to hold the Deployment's spec.replicas and status.availableReplicas, which a metadata-only watch would not."""
+    ns = _namespace(realcluster, "stuck")
+    finalizer = f"criticalsvc.test/{ns}"
+    name = unique("stuck")
+    deployments = f"/apis/apps/v1/namespaces/{ns}/deployments"
+    statefulsets = f"/apis/apps/v1/namespaces/{ns}/statefulsets"
+    assert realcluster.admin.create(deployments, deployment_manifest("ctrl", ns, replicas=0)).status_code == 201
+    held = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "held", "finalizers": [finalizer]},
+            "spec": {"replicas": 0, "serviceName": "held", "selector": {"matchLabels": {"app": "held"}},
+                     "template": {"metadata": {"labels": {"app": "held"}},
+                                  "spec": {"containers": [{"name": "c", "image": "registry.example.com/c:1"}]}}}}
+    assert realcluster.admin.create(statefulsets, held).status_code == 201
+    assert realcluster.admin.create(CSVCS, {
+        "apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": name},
+        "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": ns, "name": "ctrl"},
+                 "criteria": [{"type": "Finalizer", "finalizer": {
+                     "group": "apps", "resource": "statefulsets", "finalizerName": finalizer}}]}}).status_code == 201
+
+    def stuck() -> tuple[str, str]:
+        c = _condition(_status(realcluster, name), "Stuck")
+        return c.get("status", ""), c.get("reason", "")
+
+    try:
+        wait_for(lambda: stuck() == ("True", "FinalizerControllerDown"), timeout=30,
+                 what="Stuck True (FinalizerControllerDown)")
+        message = _condition(_status(realcluster, name), "Stuck")["message"]
+        assert f"deployments.apps {ns}/ctrl is scaled to 0 replicas" in message
+        assert f"kubectl scale -n {ns} deployments.apps/ctrl --replicas=<n>" in message
+        patch = f"kubectl patch statefulsets.apps held -n {ns} --type=json -p '"
+        assert patch in message
+        realcluster.admin.merge_patch(f"{deployments}/ctrl", {"spec": {"replicas": 1}})
+        wait_for(lambda: stuck() == ("False", "ControllerAvailable"), timeout=90,
+                 what="Stuck False (ControllerAvailable) once the pod runs")
+        # The way out the message gave, run as printed: the finalizer goes, and nothing waits any more.
+        found = re.search(r"kubectl patch .*? -p '[^']*'", message)
+        assert found is not None, message
+        command = found.group(0)
+        done = realcluster.kubectl(*shlex.split(command)[1:])
+        assert done.returncode == 0, (command, done.stderr)
+        wait_for(lambda: stuck() == ("False", "NoFinalizerPending"), timeout=30,
+                 what="Stuck False (NoFinalizerPending)")
+    finally:
+        realcluster.admin.merge_patch(f"{statefulsets}/held", {"metadata": {"finalizers": None}})
+        RepeatingDeleter(realcluster.admin, {
+            "StatefulSet": f"{statefulsets}/held", "Deployment": f"{deployments}/ctrl",
+            "CriticalService": f"{CSVCS}/{name}", "Namespace": f"/api/v1/namespaces/{ns}"}).run(timeout=60)

@@ -128,7 +128,9 @@ def test_replay_permission_and_intents_appear_only_when_replay_is_asked_for(stor
     from criticalsvc.replay import DeletionIntent
 
     state, cs = story
-    assert [c["type"] for c in compute_status(cs, state, now=1_700_000_000)["conditions"]] == ["Ready", "Blocking"]
+    # (the story's Finalizer criterion adds Stuck: tests/test_stuck.py)
+    assert [c["type"] for c in compute_status(cs, state, now=1_700_000_000)["conditions"]] == ["Ready", "Blocking",
+                                                                                              "Stuck"]
     replaying = attrs.evolve(cs, replay_deletion=ReplayDeletion.WHEN_TEARING_DOWN)
     unknown = _cond(compute_status(replaying, state, now=1_700_000_000), "ReplayPermitted")
     assert (unknown["status"], unknown["reason"]) == ("Unknown", "NotChecked")

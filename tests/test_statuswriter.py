@@ -14,8 +14,8 @@ from kubefakes import Unreadable
 from kubernetes.aio import client as aclient
 
 from criticalsvc.admission import parse_review
-from criticalsvc.api import GroupResource
-from criticalsvc.decision import decide
+from criticalsvc.api import CRITICAL_SERVICES, GroupResource
+from criticalsvc.decision import Rule, decide
 from criticalsvc.manifests import load_path
 from criticalsvc.routing import Routing
 from criticalsvc.server import StaticStateSource
@@ -566,3 +566,35 @@ def test_a_retried_denial_updates_its_event_once_per_batch(cluster, pause, monke
         assert writes == ["create_namespaced_event", "patch_namespaced_event"], writes
     else:
         assert len(writes) > 2, writes
+
+
+def test_setting_spec_recreated_provider_becomes_an_event_naming_who_set_it(cluster):
+    """The UPDATE that sets the orphan intent is recorded on the CriticalService as a Warning Event with the user
+    (design/criticalservice.md §6); a dry run records none."""
+    store, url = cluster
+    old = httpx.get(f"{url}{CS_PATH}").json()
+    new = {**old, "spec": {**old["spec"], "recreatedProvider": "Orphan"}}
+    review = store.admission_review("UPDATE", CRITICAL_SERVICES, new, old, name=old["metadata"]["name"],
+                                    namespace="", user="alice", dry_run=False)
+    request = parse_review(review)
+    decision = decide(request, store.state)
+    assert decision.allowed and decision.rule == Rule.RECREATED_PROVIDER_INTENT
+
+    def events() -> list[Any]:
+        return httpx.get(f"{url}/api/v1/namespaces/default/events").json()["items"]
+
+    async def main() -> Any:
+        writer = _writer(store, url, "replica-a")
+        dry = parse_review({**review, "request": {**review["request"], "dryRun": True, "uid": "dry"}})
+        writer.record(dry, decide(dry, store.state))
+        assert writer._events.empty()
+        writer.record(request, decision)
+        try:
+            return await _run_for([writer.run_events()], events)
+        finally:
+            await writer.api_client.close()
+
+    (event,) = asyncio.run(main())
+    assert event["reason"] == "RecreatedProviderIntent" and event["type"] == "Warning"
+    assert event["involvedObject"]["name"] == old["metadata"]["name"]
+    assert "set to Orphan by alice" in event["message"]

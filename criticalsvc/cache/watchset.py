@@ -45,7 +45,7 @@ from .. import criteria
 from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, Criterion, GroupResource, ObjectRef
 from ..backoff import Backoff
 from ..errors import InvalidInput
-from ..objects import KubeObject, project
+from ..objects import WORKLOADS, KubeObject, project
 from ..restmapper import ResourceType, resource_type_from_crd
 from ..state import MemoryState
 from .reflector import Reflector
@@ -63,7 +63,9 @@ ALWAYS_WATCHED = (CRITICAL_SERVICES, NAMESPACES, CRDS)
 UNWATCH_AFTER = 300.0
 # Resources whose specs the state needs (parse_critical_service, resource_type_from_crd); all other
 # resources are mirrored from metadata only.
-_FULL_OBJECTS = frozenset({CRITICAL_SERVICES, CRDS})
+# Deployments and StatefulSets too, so their projections keep spec.replicas and status.availableReplicas (two
+# ints, objects.Workload): whether a provider runs to remove a finalizer (criticalsvc/stuck.py).
+_FULL_OBJECTS = frozenset({CRITICAL_SERVICES, CRDS}) | WORKLOADS
 
 
 def _established(crd: Mapping[str, Any]) -> bool:
