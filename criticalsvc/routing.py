@@ -337,14 +337,16 @@ def render(wanted: Desired, shipped: Mapping[str, Any], *, probe_namespace: str)
             continue
         rules = _rules(mine, wanted.types)
         condition, why = _condition(mine)
+        # Who is broad: the routes that are broad themselves (a selector without a namespace routes every namespace
+        # DELETE: that CriticalService is the cause, the others it subsumes are not), or every route of a webhook
+        # whose condition is too large to write.
+        broad.update((r, why) for r in mine if r.broad)
         if condition is not None and len(condition) > MAX_EXPRESSION_CHARS:
             why = (f"its matchCondition would be {len(condition):,} characters, past the {MAX_EXPRESSION_CHARS:,} "
                    "the gate writes (the API server's CEL parser stops at 100,000): every request of these types "
                    "is sent")
             condition = None
-        for r in mine:
-            if why and (condition is None or r.broad):
-                broad[r] = why
+            broad.update((r, why) for r in mine)
         webhooks.append(_webhook(name, rules, template, object_selector=selector,
                                  conditions=[] if condition is None else [{"name": "protected", "expression":
                                                                            condition}]))
