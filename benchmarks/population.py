@@ -34,8 +34,10 @@ def protected_namespace(i: int) -> str:
 def critical_service(i: int) -> dict[str, Any]:
     """The i-th CriticalService of the mixed population."""
     ns, kind = protected_namespace(i), i % KINDS
-    deployment, configmap = {"group": "apps", "resource": "deployments"}, {"resource": "configmaps"}
+    deployment: dict[str, Any] = {"group": "apps", "resource": "deployments"}
+    configmap: dict[str, Any] = {"resource": "configmaps"}
     spec: dict[str, Any] = {}
+    provider: dict[str, Any]
     if kind in (0, 1):
         provider = {**deployment, "namespace": ns, "name": f"dep-{i}"}
     elif kind in (2, 3):

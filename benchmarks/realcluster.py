@@ -845,8 +845,11 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
         for ns in population.namespaces(max(populations, default=0)):
             assert cluster.kubectl("create", "namespace", ns).returncode == 0
         routingscale.populate(cluster, [BENCH_GUARD])  # Enforcing: criticalsvc-providers written and live
-        saved = [client.get(f"{WEBHOOKS}/{name}") for name in ("criticalsvc", "criticalsvc-providers")]
-        assert saved[0] is not None and saved[1] is not None
+        saved = []
+        for name in ("criticalsvc", "criticalsvc-providers"):
+            stored_now = client.get(f"{WEBHOOKS}/{name}")
+            assert stored_now is not None, name
+            saved.append(stored_now)
         gates = [r.process for r in cluster.gate.replicas]
         floor = [floor_configuration(saved[0], noop),
                  floor_configuration(saved[1], noop, name=f"{FLOOR_CONFIGURATION_NAME}-providers")]

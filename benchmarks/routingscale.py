@@ -106,7 +106,7 @@ def broad(cluster: Any, services: list[dict[str, Any]]) -> dict[str, Any]:
     """After `services` (cluster-wide selectors) are Enforcing: what their status and the gate say."""
     names = {s["metadata"]["name"] for s in services}
     listed = (cluster.admin.get(CRITICAL_SERVICES) or {"items": []})["items"]
-    narrowly = {}
+    narrowly: dict[str, int] = {}
     for item in listed:
         got = condition(item, "RoutedNarrowly")
         key = f"{(item['metadata']['name'] in names and 'clusterWide') or 'others'}:{got}"

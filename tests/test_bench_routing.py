@@ -5,6 +5,7 @@ the summaries read what they claim to read. No timing here."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -16,8 +17,8 @@ from benchmarks.realcluster import (
     stored_body,
     unprotected_summary,
 )
-from criticalsvc.api import parse_critical_service
-from criticalsvc.restmapper import GroupResource, RESTMapper
+from criticalsvc.api import GroupResource, parse_critical_service
+from criticalsvc.restmapper import RESTMapper
 from criticalsvc.routing import call_of, covers, desired
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +97,7 @@ def test_unprotected_summary_reports_the_noise_beside_the_ratio() -> None:
 
 
 def test_a_stored_configuration_is_created_again_with_its_owner_but_no_server_fields() -> None:
-    stored = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+    stored: dict[str, Any] = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
               "metadata": {"name": "criticalsvc-providers", "uid": "u", "resourceVersion": "9",
                            "labels": {"app.kubernetes.io/managed-by": "criticalsvc"},
                            "ownerReferences": [{"kind": "ValidatingWebhookConfiguration", "name": "criticalsvc",
