@@ -953,10 +953,11 @@ def main(argv: list[str]) -> int:
         print(json.dumps(result))
     else:
         print(json.dumps(result, indent=2))
-        if "cells" in result:
+        if result.get("cells"):
             print(TABLE_HEADER)
             for cell in result["cells"]:
                 print(_row(cell))
+        if result.get("unprotectedCells"):
             print(UNPROTECTED_HEADER)
             for cell in result["unprotectedCells"]:
                 print(_unprotected_row(cell))
