@@ -718,6 +718,26 @@ def process_cpu_seconds(metrics_text: str) -> float:
     raise ValueError("no process_cpu_seconds_total")
 
 
+MATCH_CONDITION_METRIC = "apiserver_admission_match_condition_evaluation_seconds"
+
+
+def match_condition_seconds(metrics_text: str) -> dict[str, tuple[float, float]]:
+    """kube-apiserver's own time evaluating each webhook configuration's matchConditions (matcher.go observes
+    every evaluation): {configuration name: (seconds, evaluations)}. Its buckets start at 1 ms, so the
+    sum over the count (the mean) is what resolves an evaluation of microseconds."""
+    out: dict[str, tuple[float, float]] = {}
+    pattern = re.compile(rf'^{MATCH_CONDITION_METRIC}_(sum|count)\{{([^}}]*)\}} (\S+)$')
+    for line in metrics_text.splitlines():
+        match = pattern.match(line)
+        if not match:
+            continue
+        kind, labels, value = match.groups()
+        name = dict(re.findall(r'(\w+)="([^"]*)"', labels)).get("name", "")
+        seconds, count = out.get(name, (0.0, 0.0))
+        out[name] = (seconds + float(value), count) if kind == "sum" else (seconds, count + float(value))
+    return out
+
+
 def unprotected_summary(samples: dict[str, list[float]]) -> dict[str, Any]:
     """p50/p99 per mode, the gate/none ratios, and the noise: none2/none (the same mode measured twice,
     alternated with the others), which the gate's ratio should be within."""
@@ -741,6 +761,7 @@ def measure_unprotected(cluster: Any, modes: Modes, *, services: int, concurrenc
         updates: dict[str, list[float]] = {m: [] for m in UNPROTECTED_MODES}
         apiserver_cpu = dict.fromkeys(UNPROTECTED_MODES, 0.0)
         moved = 0.0
+        evaluated: dict[str, list[float]] = {}  # configuration -> [seconds, evaluations], gate rounds' requests
         try:
             for r in range(rounds):
                 order = UNPROTECTED_MODES[r % 3:] + UNPROTECTED_MODES[:r % 3]
@@ -749,14 +770,21 @@ def measure_unprotected(cluster: Any, modes: Modes, *, services: int, concurrenc
                     counted: dict[str, float] = {}
 
                     @contextlib.contextmanager
-                    def around(mode: str = mode, counted: dict[str, float] = counted) -> Iterator[None]:
+                    def around(mode: str = mode, counted: dict[str, float] = counted,
+                               evaluated: dict[str, list[float]] = evaluated) -> Iterator[None]:
                         # Read right around the timed requests: the mode switch's own probe (a refused
                         # dry-run DELETE) is a decision and comes before.
                         if mode == "gate":
                             counted["before"] = decisions_total([g.metrics() for g in replicas])
-                        cpu = process_cpu_seconds(cluster.admin.request("GET", "/metrics").text)
+                        page = cluster.admin.request("GET", "/metrics").text
+                        cpu, matched = process_cpu_seconds(page), match_condition_seconds(page)
                         yield
-                        counted["cpu"] = process_cpu_seconds(cluster.admin.request("GET", "/metrics").text) - cpu
+                        page = cluster.admin.request("GET", "/metrics").text
+                        counted["cpu"] = process_cpu_seconds(page) - cpu
+                        for name, (sec, n) in match_condition_seconds(page).items():
+                            was = matched.get(name, (0.0, 0.0))
+                            total = evaluated.setdefault(name, [0.0, 0.0])
+                            total[0], total[1] = total[0] + sec - was[0], total[1] + n - was[1]
                         if mode == "gate":
                             counted["after"] = decisions_total([g.metrics() for g in replicas])
 
@@ -775,9 +803,13 @@ def measure_unprotected(cluster: Any, modes: Modes, *, services: int, concurrenc
                 "updates": unprotected_summary(updates), "gateDecisionsDuringGateRounds": moved,
                 # kube-apiserver's own CPU (process_cpu_seconds_total, 10 ms resolution) per request
                 "apiserverCpuUsPerRequest": {m: round(apiserver_cpu[m] * 1e6 / requests, 1)
-                                             for m in UNPROTECTED_MODES}}
+                                             for m in UNPROTECTED_MODES},
+                "apiserverMatchConditions": {name: {"evaluations": int(n), "meanUs": round(sec * 1e6 / n, 1)}
+                                             for name, (sec, n) in sorted(evaluated.items()) if n}}
         cells.append(cell)
         print(_unprotected_row(cell), file=sys.stderr, flush=True)
+        print(f"kube-apiserver's matchCondition evaluations: {json.dumps(cell['apiserverMatchConditions'])}",
+              file=sys.stderr, flush=True)
     return cells
 
 

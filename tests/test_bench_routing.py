@@ -13,6 +13,7 @@ from benchmarks import population
 from benchmarks.realcluster import (
     FREE_NAMESPACE,
     decisions_total,
+    match_condition_seconds,
     process_cpu_seconds,
     stored_body,
     unprotected_summary,
@@ -107,3 +108,17 @@ def test_a_stored_configuration_is_created_again_with_its_owner_but_no_server_fi
     assert body["metadata"] == {"name": "criticalsvc-providers", "labels": stored["metadata"]["labels"],
                                 "ownerReferences": stored["metadata"]["ownerReferences"]}
     assert body["webhooks"] == stored["webhooks"]
+
+
+def test_match_condition_time_is_summed_per_configuration() -> None:
+    page = ('apiserver_admission_match_condition_evaluation_seconds_bucket{kind="webhook",name="criticalsvc-providers",'
+            'operation="DELETE",type="validating",le="0.001"} 4\n'
+            'apiserver_admission_match_condition_evaluation_seconds_sum{kind="webhook",name="criticalsvc-providers",'
+            'operation="DELETE",type="validating"} 0.0002\n'
+            'apiserver_admission_match_condition_evaluation_seconds_count{kind="webhook",name="criticalsvc-providers",'
+            'operation="DELETE",type="validating"} 4\n'
+            'apiserver_admission_match_condition_evaluation_seconds_sum{kind="webhook",name="criticalsvc-providers",'
+            'operation="UPDATE",type="validating"} 0.0001\n'
+            'apiserver_admission_match_condition_evaluation_seconds_count{kind="webhook",name="criticalsvc-providers",'
+            'operation="UPDATE",type="validating"} 1\n')
+    assert match_condition_seconds(page) == {"criticalsvc-providers": (0.0002 + 0.0001, 5.0)}
