@@ -42,7 +42,9 @@ configuration `criticalsvc` routes CriticalServices and labelled objects, and th
    the noise it is to be read against. Reported per cell: p50/p99 of DELETEs and of UPDATEs per mode, both
    ratios, the gate's criticalsvc_decisions_total summed over replicas across the timed requests of the
    `gate` rounds (0: not one reached it), and kube-apiserver's own CPU per request (process_cpu_seconds_total
-   from its /metrics, 10 ms resolution, over the timed requests of each mode).
+   from its /metrics, 10 ms resolution, over the timed requests of each mode), and its own mean time per
+   matchCondition evaluation, per webhook (apiserver_admission_match_condition_evaluation_seconds, sum over
+   count: its buckets start at 1 ms).
    Routing at scale (benchmarks/routingscale.py), with these cells: per population the stored size of
    `criticalsvc-providers` and the time to create it all and see every CriticalService Enforcing; after the
    last, --enforcing-creates CREATEs timed one by one to Ready=Enforcing; then --cluster-wide selectors
@@ -722,8 +724,8 @@ MATCH_CONDITION_METRIC = "apiserver_admission_match_condition_evaluation_seconds
 
 
 def match_condition_seconds(metrics_text: str) -> dict[str, tuple[float, float]]:
-    """kube-apiserver's own time evaluating each webhook configuration's matchConditions (matcher.go observes
-    every evaluation): {configuration name: (seconds, evaluations)}. Its buckets start at 1 ms, so the
+    """kube-apiserver's own time evaluating each webhook's matchConditions (matchconditions/matcher.go observes
+    every evaluation; its `name` label is the webhook's): {webhook name: (seconds, evaluations)}. Its buckets start at 1 ms, so the
     sum over the count (the mean) is what resolves an evaluation of microseconds."""
     out: dict[str, tuple[float, float]] = {}
     pattern = re.compile(rf'^{MATCH_CONDITION_METRIC}_(sum|count)\{{([^}}]*)\}} (\S+)$')
@@ -761,7 +763,7 @@ def measure_unprotected(cluster: Any, modes: Modes, *, services: int, concurrenc
         updates: dict[str, list[float]] = {m: [] for m in UNPROTECTED_MODES}
         apiserver_cpu = dict.fromkeys(UNPROTECTED_MODES, 0.0)
         moved = 0.0
-        evaluated: dict[str, list[float]] = {}  # configuration -> [seconds, evaluations], gate rounds' requests
+        evaluated: dict[str, list[float]] = {}  # webhook -> [seconds, evaluations] over the timed requests
         try:
             for r in range(rounds):
                 order = UNPROTECTED_MODES[r % 3:] + UNPROTECTED_MODES[:r % 3]

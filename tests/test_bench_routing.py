@@ -111,14 +111,14 @@ def test_a_stored_configuration_is_created_again_with_its_owner_but_no_server_fi
 
 
 def test_match_condition_time_is_summed_per_configuration() -> None:
-    page = ('apiserver_admission_match_condition_evaluation_seconds_bucket{kind="webhook",name="criticalsvc-providers",'
+    page = ('apiserver_admission_match_condition_evaluation_seconds_bucket{kind="webhook",name="providers.gate.criticalsvc.io",'
             'operation="DELETE",type="validating",le="0.001"} 4\n'
-            'apiserver_admission_match_condition_evaluation_seconds_sum{kind="webhook",name="criticalsvc-providers",'
+            'apiserver_admission_match_condition_evaluation_seconds_sum{kind="webhook",name="providers.gate.criticalsvc.io",'
             'operation="DELETE",type="validating"} 0.0002\n'
-            'apiserver_admission_match_condition_evaluation_seconds_count{kind="webhook",name="criticalsvc-providers",'
+            'apiserver_admission_match_condition_evaluation_seconds_count{kind="webhook",name="providers.gate.criticalsvc.io",'
             'operation="DELETE",type="validating"} 4\n'
-            'apiserver_admission_match_condition_evaluation_seconds_sum{kind="webhook",name="criticalsvc-providers",'
+            'apiserver_admission_match_condition_evaluation_seconds_sum{kind="webhook",name="providers.gate.criticalsvc.io",'
             'operation="UPDATE",type="validating"} 0.0001\n'
-            'apiserver_admission_match_condition_evaluation_seconds_count{kind="webhook",name="criticalsvc-providers",'
+            'apiserver_admission_match_condition_evaluation_seconds_count{kind="webhook",name="providers.gate.criticalsvc.io",'
             'operation="UPDATE",type="validating"} 1\n')
-    assert match_condition_seconds(page) == {"criticalsvc-providers": (0.0002 + 0.0001, 5.0)}
+    assert match_condition_seconds(page) == {"providers.gate.criticalsvc.io": (0.0002 + 0.0001, 5.0)}
