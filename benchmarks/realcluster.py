@@ -725,8 +725,8 @@ MATCH_CONDITION_METRIC = "apiserver_admission_match_condition_evaluation_seconds
 
 def match_condition_seconds(metrics_text: str) -> dict[str, tuple[float, float]]:
     """kube-apiserver's own time evaluating each webhook's matchConditions (matchconditions/matcher.go observes
-    every evaluation; its `name` label is the webhook's): {webhook name: (seconds, evaluations)}. Its buckets start at 1 ms, so the
-    sum over the count (the mean) is what resolves an evaluation of microseconds."""
+    every evaluation; its `name` label is the webhook's): {webhook name: (seconds, evaluations)}. Its buckets
+    start at 1 ms, so the sum over the count (the mean) is what resolves an evaluation of microseconds."""
     out: dict[str, tuple[float, float]] = {}
     pattern = re.compile(rf'^{MATCH_CONDITION_METRIC}_(sum|count)\{{([^}}]*)\}} (\S+)$')
     for line in metrics_text.splitlines():

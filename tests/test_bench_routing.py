@@ -110,15 +110,11 @@ def test_a_stored_configuration_is_created_again_with_its_owner_but_no_server_fi
     assert body["webhooks"] == stored["webhooks"]
 
 
-def test_match_condition_time_is_summed_per_configuration() -> None:
-    page = ('apiserver_admission_match_condition_evaluation_seconds_bucket{kind="webhook",name="providers.gate.criticalsvc.io",'
-            'operation="DELETE",type="validating",le="0.001"} 4\n'
-            'apiserver_admission_match_condition_evaluation_seconds_sum{kind="webhook",name="providers.gate.criticalsvc.io",'
-            'operation="DELETE",type="validating"} 0.0002\n'
-            'apiserver_admission_match_condition_evaluation_seconds_count{kind="webhook",name="providers.gate.criticalsvc.io",'
-            'operation="DELETE",type="validating"} 4\n'
-            'apiserver_admission_match_condition_evaluation_seconds_sum{kind="webhook",name="providers.gate.criticalsvc.io",'
-            'operation="UPDATE",type="validating"} 0.0001\n'
-            'apiserver_admission_match_condition_evaluation_seconds_count{kind="webhook",name="providers.gate.criticalsvc.io",'
-            'operation="UPDATE",type="validating"} 1\n')
-    assert match_condition_seconds(page) == {"providers.gate.criticalsvc.io": (0.0002 + 0.0001, 5.0)}
+def test_match_condition_time_is_summed_per_webhook() -> None:
+    metric, labels = "apiserver_admission_match_condition_evaluation_seconds", 'kind="webhook",name="p.gate"'
+    page = (f'{metric}_bucket{{{labels},operation="DELETE",type="validating",le="0.001"}} 4\n'
+            f'{metric}_sum{{{labels},operation="DELETE",type="validating"}} 0.0002\n'
+            f'{metric}_count{{{labels},operation="DELETE",type="validating"}} 4\n'
+            f'{metric}_sum{{{labels},operation="UPDATE",type="validating"}} 0.0001\n'
+            f'{metric}_count{{{labels},operation="UPDATE",type="validating"}} 1\n')
+    assert match_condition_seconds(page) == {"p.gate": (0.0002 + 0.0001, 5.0)}
