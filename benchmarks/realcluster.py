@@ -2,29 +2,60 @@
 
     python -m benchmarks realcluster [--objects 96] [--rounds 4] [--concurrency 1,8,32]
                                      [--churn-rate 300] [--no-teardown] [--json]
+                                     [--cells protected,unprotected] [--services 10,1000]
+                                     [--enforcing-creates 50] [--cluster-wide 3]
 
 Starts its own control plane (tests/realcluster: etcd, kube-apiserver, kube-controller-manager built
 from the Kubernetes Go modules; skipped with the reason when they cannot be built) with the gate
 installed as a user installs it, and beside it the floor: benchmarks/noopwebhook, a validating
 webhook written with Go's standard library that answers every review "allowed" over TLS, built like
-the other test binaries into ~/.cache/criticalsvc/noopwebhook-<hash of its source>/. Then:
+the other test binaries into ~/.cache/criticalsvc/noopwebhook-<hash of its source>/.
 
-1. DELETE latency in three modes: `gate` (the gate's ValidatingWebhookConfiguration registered),
-   `floor` (the same webhooks - names, rules, selectors, timeouts, failurePolicy - pointed at the
-   no-op) and `none` (no webhook). The object is a Deployment with 0 replicas: a type the webhook
-   routes, that nothing protects, so the gate answers ALLOW, its most common answer. `--objects`
-   are created per round and deleted by `C` concurrent deleters (threads, one keep-alive connection
-   each), for C in --concurrency; each C once without and once with background churn. Within one
-   (C, churn) cell the modes alternate per round, in a rotating order, so that outside load (this
-   machine is shared) lands on every mode alike. Reported per cell: p50/p99 of each mode and the
-   ratios gate/floor and gate/none, measured in the same run.
+The gate is sent only what may concern something protected (design/routing.md): the shipped
+configuration `criticalsvc` routes CriticalServices and labelled objects, and the router's
+`criticalsvc-providers` routes each provider. So there are two kinds of cells:
+
+1. Protected cells (`--cells protected`): DELETE latency of a *protected* request, in three modes:
+   `gate` (`criticalsvc` and `criticalsvc-providers` as the router wrote them), `floor` (copies of both -
+   names, rules, selectors, matchConditions, timeouts, failurePolicy - pointed at the no-op) and `none`
+   (no webhook). The object is a Deployment with 0 replicas labelled bench=protected in namespace `bench`:
+   a selected provider of CriticalService `bench-guard`, whose one criterion (ConfigMap bench/blocker
+   absent) is met. The API server routes it by the providers' matchCondition on oldObject's labels, and
+   the gate answers ALLOW after its fresh read from the API server (server.py, `Confirm`): the answer
+   every deletion of a provider ends with, and its most expensive one. The floor's no-op answers at once,
+   so gate/floor is what the gate's review costs, fresh read included. `--objects` are created per round
+   and deleted by `C` concurrent deleters (threads, one keep-alive connection each), for C in
+   --concurrency; each C once without and once with background churn. Within one (C, churn) cell the
+   modes alternate per round, in a rotating order, so that outside load (this machine is shared) lands
+   on every mode alike. Reported per cell: p50/p99 of each mode and the ratios gate/floor and gate/none,
+   measured in the same run.
+   Outside `gate` the gate's replicas are stopped (SIGSTOP; Modes says why): the gate's CPU in `floor`
+   mode is 0 now (before narrow routing it was its CPU watching, not called), and after each `gate`
+   switch the gate first catches up with the watch events of the paused seconds (at 300 writes/s of
+   churn, ~1,000 of them) - a cost the churn cells' `gate` rounds carry and a running gate would spread.
+1b. Unprotected cells (`--cells unprotected`): with --services CriticalServices present (grown in turn,
+   e.g. 10 then 1,000; benchmarks/population.py: named Deployment and ConfigMap providers, selected ones
+   with a namespace, held updates), `--objects` Deployments and as many ConfigMaps are created per round
+   in namespace `free`, which no CriticalService mentions, then the Deployments deleted and the ConfigMaps
+   label-updated (merge patch) by C clients. Modes `gate` (both configurations), `none` and `none2` (no
+   webhook, measured twice) alternate per round in a rotating order: gate/none is the gate's cost, none2/none
+   the noise it is to be read against. Reported per cell: p50/p99 of DELETEs and of UPDATEs per mode, both
+   ratios, the gate's criticalsvc_decisions_total summed over replicas across the timed requests of the
+   `gate` rounds (0: not one reached it), and kube-apiserver's own CPU per request (process_cpu_seconds_total
+   from its /metrics, 10 ms resolution, over the timed requests of each mode), and its own mean time per
+   matchCondition evaluation, per webhook (apiserver_admission_match_condition_evaluation_seconds, sum over
+   count: its buckets start at 1 ms).
+   Routing at scale (benchmarks/routingscale.py), with these cells: per population the stored size of
+   `criticalsvc-providers` and the time to create it all and see every CriticalService Enforcing; after the
+   last, --enforcing-creates CREATEs timed one by one to Ready=Enforcing; then --cluster-wide selectors
+   without a namespace, and what status (RoutedNarrowly) and criticalsvc_broad_routes say.
 2. Churn: `--churn-rate` writes per second (open loop; benchmarks/churn, a Go client with the admin's
    certificate, built like the no-op: a Python client reached only 50-75 a second here) of what a
    busy cluster makes the gate watch: ConfigMaps created, updated and deleted in a namespace that a CriticalService's
    criterion names with a CEL condition (so the gate decodes each and evaluates the condition), and
    Deployments of a type the gate watches updated. The achieved rate is reported: on a loaded
    machine it may fall short of the asked one.
-3. The gate's own view per cell, from its /metrics (deltas over the cell): decision p50/p99 (all, and
+3. The gate's own view per protected cell, from its /metrics (deltas over the cell): decision p50/p99 (all, and
    those answered from the caches alone), the event-loop lag p99 and the part of it the gate was on
    the CPU (the rest is the OS not running it: this machine is shared), full-collection pauses, and
    the API server's
@@ -73,6 +104,18 @@ DURATION_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 MODES = ("gate", "floor", "none")
 CHURN_NAMESPACE, BENCH_NAMESPACE = "churn", "bench"
 CHURN_WORKERS = 20  # Deployments updated by the churn
+# The protected cells' Deployments: selected providers of CriticalService BENCH_GUARD, whose criterion is met.
+PROTECTED_LABELS = {"bench": "protected"}
+BENCH_GUARD = {
+    "apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "bench-guard"},
+    "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": BENCH_NAMESPACE,
+                          "selector": {"matchLabels": PROTECTED_LABELS}},
+             "criteria": [{"type": "SpecificResource", "specificResource": {
+                 "resource": "configmaps", "namespace": BENCH_NAMESPACE, "name": "blocker"}}]},
+}
+FREE_NAMESPACE = "free"  # no CriticalService mentions it
+UNPROTECTED_MODES = ("gate", "none", "none2")
+POPULATIONS = (10, 1000)
 
 
 def _quantile(samples: list[float], q: float) -> float:
@@ -215,11 +258,13 @@ def noop_webhook(directory: Path) -> Iterator[Noop]:
         process.stop()
 
 
-def floor_configuration(gate_configuration: dict[str, Any], noop: Noop) -> dict[str, Any]:
+def floor_configuration(gate_configuration: dict[str, Any], noop: Noop, *,
+                        name: str = FLOOR_CONFIGURATION_NAME) -> dict[str, Any]:
     """The gate's ValidatingWebhookConfiguration with every webhook pointed at the no-op: the same
-    rules, selectors, timeouts and failurePolicy, so the API server does the same work to call it."""
+    rules, selectors, timeouts, failurePolicy and matchConditions, so the API server does the same work to
+    call it."""
     body = copy.deepcopy({k: v for k, v in gate_configuration.items() if k != "status"})
-    body["metadata"] = {"name": FLOOR_CONFIGURATION_NAME}
+    body["metadata"] = {"name": name}
     for webhook in body["webhooks"]:
         webhook["name"] = webhook["name"].replace(".gate.criticalsvc.io", ".floor.criticalsvc.io")
         path = re.sub(r"^https://[^/]+", "", webhook["clientConfig"].get("url", "")) or "/validate"
@@ -262,33 +307,55 @@ class CpuMeter:
 # --- switching modes --------------------------------------------------------------------------------------
 @attrs.define
 class Modes:
-    """Registers exactly one mode's configuration and waits until the API server acts on it."""
+    """Registers exactly one mode's configurations and waits until the API server acts on them.
+
+    `gate`: the shipped `criticalsvc` and the router's `criticalsvc-providers` as the router wrote it;
+    `floor`: copies of both pointed at the no-op; `none`, `none2`: no configuration (two names for one mode,
+    measured apart: their difference is the noise). Outside `gate` the gate's replicas are stopped (SIGSTOP)
+    while their configurations are away: its router would otherwise re-create `criticalsvc-providers` (or
+    fail without `criticalsvc`) and flip every CriticalService's status twice per switch. They are continued
+    once both are back, byte for byte, so the router finds what it wrote (same probe digest) and changes
+    nothing. A pause lasts one round (a few seconds), under the leader's renew deadline (10 s)."""
 
     client: Any
-    gate_body: dict[str, Any]
-    floor_body: dict[str, Any]
+    gate_bodies: list[dict[str, Any]]  # criticalsvc first (the owner), then criticalsvc-providers
+    floor_bodies: list[dict[str, Any]]
     noop: Noop
     probe: str  # a Deployment the gate protects: refused only while the gate is called
+    gates: list[Any] = attrs.field(factory=list)  # the replicas' processes, stopped outside `gate`
+    current: str = "gate"
 
-    def _present(self, name: str, body: dict[str, Any], want: bool) -> None:
-        path = f"{WEBHOOKS}/{name}"
-        if self.client.exists(path) == want:
-            return
-        if want:
-            created = self.client.create(WEBHOOKS, body)
-            assert created.status_code == 201, created.text
-        else:
-            assert self.client.delete(path).status_code == 200
+    def _bodies(self, mode: str) -> list[dict[str, Any]]:
+        return self.gate_bodies if mode == "gate" else self.floor_bodies if mode == "floor" else []
 
     def _probe(self) -> int:
         status: int = self.client.delete(self.probe, params={"dryRun": "All"}).status_code
         return status
 
     def set(self, mode: str) -> None:
+        import signal
+
         from tests.realcluster.teardown import wait_for
 
-        self._present("criticalsvc", self.gate_body, mode == "gate")
-        self._present(FLOOR_CONFIGURATION_NAME, self.floor_body, mode == "floor")
+        if mode != self.current:
+            if self.current == "gate":
+                for p in self.gates:
+                    p.signal(signal.SIGSTOP)
+            for body in reversed(self._bodies(self.current)):  # the dependent before its owner
+                deleted = self.client.delete(f"{WEBHOOKS}/{body['metadata']['name']}")
+                assert deleted.status_code in (200, 404), deleted.text
+            owner_uid = None
+            for body in self._bodies(mode):
+                body = copy.deepcopy(body)
+                for ref in body["metadata"].get("ownerReferences", []):
+                    ref["uid"] = owner_uid  # the owner was just re-created: the garbage collector checks its uid
+                created = self.client.create(WEBHOOKS, body)
+                assert created.status_code == 201, created.text
+                owner_uid = created.json()["metadata"]["uid"]
+            if mode == "gate":
+                for p in self.gates:
+                    p.signal(signal.SIGCONT)
+            self.current = mode
 
         def acting() -> bool:
             before = self.noop.calls()
@@ -299,6 +366,15 @@ class Modes:
             return status == 200 and noop_called == (mode == "floor")
 
         wait_for(acting, timeout=60, what=f"the API server to call {mode!r} only", interval=0.05)
+
+
+def stored_body(saved: dict[str, Any]) -> dict[str, Any]:
+    """A stored configuration as it can be created again: name, labels, ownerReferences and webhooks."""
+    meta = saved["metadata"]
+    body = {k: v for k, v in saved.items() if k not in ("status", "metadata")}
+    body["metadata"] = {"name": meta["name"], "labels": meta.get("labels", {}),
+                        **({"ownerReferences": meta["ownerReferences"]} if meta.get("ownerReferences") else {})}
+    return body
 
 
 def _gate_body(saved: dict[str, Any]) -> dict[str, Any]:
@@ -336,13 +412,14 @@ class Deleters:
                 self.clients.append(client)
         return client
 
-    def round(self, count: int, tag: str, cpu: CpuMeter | None = None) -> list[float]:
+    def round(self, count: int, tag: str, cpu: CpuMeter | None = None, *, namespace: str = BENCH_NAMESPACE,
+              labels: dict[str, str] | None = None) -> list[float]:
         """Create `count` Deployments, then delete them; `cpu` (if given) meters the deleting only."""
-        base = f"/apis/apps/v1/namespaces/{BENCH_NAMESPACE}/deployments"
+        base = f"/apis/apps/v1/namespaces/{namespace}/deployments"
         names = [f"{tag}-{i}" for i in range(count)]
 
         def create(name: str) -> None:
-            response = self._client().create(base, _deployment(name))
+            response = self._client().create(base, _deployment(name, labels=labels))
             assert response.status_code == 201, response.text
 
         def delete(name: str) -> float:
@@ -356,6 +433,43 @@ class Deleters:
         list(self.pool.map(create, names))
         with cpu if cpu is not None else contextlib.nullcontext():
             return list(self.pool.map(delete, names))
+
+    def unprotected_round(self, count: int, tag: str, namespace: str,
+                          around: Any = contextlib.nullcontext) -> tuple[list[float], list[float]]:
+        """Create `count` Deployments and `count` ConfigMaps in `namespace`, then delete the Deployments and
+        label-update the ConfigMaps (merge patch), inside `around()`; the two lists of latencies."""
+        deployments = f"/apis/apps/v1/namespaces/{namespace}/deployments"
+        configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+        names = [f"{tag}-{i}" for i in range(count)]
+
+        def create(name: str) -> None:
+            made = self._client().create(deployments, _deployment(name))
+            assert made.status_code == 201, made.text
+            made = self._client().create(configmaps, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                      "metadata": {"name": name}, "data": {"k": "v"}})
+            assert made.status_code == 201, made.text
+
+        def delete(name: str) -> float:
+            started = time.perf_counter()
+            response = self._client().delete(f"{deployments}/{name}")
+            elapsed = time.perf_counter() - started
+            assert response.status_code == 200, response.text
+            return elapsed
+
+        def update(name: str) -> float:
+            started = time.perf_counter()
+            response = self._client().merge_patch(f"{configmaps}/{name}", {"metadata": {"labels": {"touched": tag}}})
+            elapsed = time.perf_counter() - started
+            assert response.status_code == 200, response.text
+            return elapsed
+
+        list(self.pool.map(create, names))
+        with around():
+            deleted = list(self.pool.map(delete, names))
+            updated = list(self.pool.map(update, names))
+        for name in names:  # the ConfigMaps go untimed, so the next round starts from the same namespace
+            self._client().delete(f"{configmaps}/{name}")
+        return deleted, updated
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -551,6 +665,7 @@ def measure(cluster: Any, modes: Modes, *, concurrency: list[int], objects: int,
                 if churning and c == profile_cell:
                     assert gate.process.popen is not None
                     profiler = Profiler(gate.process.popen.pid, directory / f"gate-profile-c{c}.txt")
+                modes.set("gate")  # the gate runs (not stopped) while its /metrics are read
                 gate_before = gate.metrics()
                 try:
                     for r in range(rounds):
@@ -558,10 +673,11 @@ def measure(cluster: Any, modes: Modes, *, concurrency: list[int], objects: int,
                         for mode in order:
                             modes.set(mode)
                             tag = f"c{c}-{'churn' if churning else 'quiet'}-{mode}-{r}"
-                            samples[mode] += deleters.round(objects, tag, meters[mode])
+                            samples[mode] += deleters.round(objects, tag, meters[mode], labels=PROTECTED_LABELS)
                 finally:
                     churned = churn.stop() if churn is not None else None
                     profiled = profiler.stop() if profiler is not None else None
+                modes.set("gate")
                 gate_after = gate.metrics()
                 cell: dict[str, Any] = {"concurrency": c, "churn": churning,
                                         **{m: _summary(s) for m, s in samples.items()}}
@@ -586,6 +702,136 @@ def measure(cluster: Any, modes: Modes, *, concurrency: list[int], objects: int,
     return cells
 
 
+def decisions_total(metrics_pages: list[str]) -> float:
+    """criticalsvc_decisions_total summed over every series of every replica's /metrics page."""
+    total = 0.0
+    for page in metrics_pages:
+        for line in page.splitlines():
+            if line.startswith("criticalsvc_decisions_total"):
+                total += float(line.rpartition(" ")[2])
+    return total
+
+
+def process_cpu_seconds(metrics_text: str) -> float:
+    """process_cpu_seconds_total from a /metrics page (kube-apiserver's own)."""
+    for line in metrics_text.splitlines():
+        if line.startswith("process_cpu_seconds_total "):
+            return float(line.split()[1])
+    raise ValueError("no process_cpu_seconds_total")
+
+
+MATCH_CONDITION_METRIC = "apiserver_admission_match_condition_evaluation_seconds"
+
+
+def match_condition_seconds(metrics_text: str) -> dict[str, tuple[float, float]]:
+    """kube-apiserver's own time evaluating each webhook's matchConditions (matchconditions/matcher.go observes
+    every evaluation; its `name` label is the webhook's): {webhook name: (seconds, evaluations)}. Its buckets
+    start at 1 ms, so the sum over the count (the mean) is what resolves an evaluation of microseconds."""
+    out: dict[str, tuple[float, float]] = {}
+    pattern = re.compile(rf'^{MATCH_CONDITION_METRIC}_(sum|count)\{{([^}}]*)\}} (\S+)$')
+    for line in metrics_text.splitlines():
+        match = pattern.match(line)
+        if not match:
+            continue
+        kind, labels, value = match.groups()
+        name = dict(re.findall(r'(\w+)="([^"]*)"', labels)).get("name", "")
+        seconds, count = out.get(name, (0.0, 0.0))
+        out[name] = (seconds + float(value), count) if kind == "sum" else (seconds, count + float(value))
+    return out
+
+
+def unprotected_summary(samples: dict[str, list[float]]) -> dict[str, Any]:
+    """p50/p99 per mode, the gate/none ratios, and the noise: none2/none (the same mode measured twice,
+    alternated with the others), which the gate's ratio should be within."""
+    out: dict[str, Any] = {m: _summary(s) for m, s in samples.items()}
+    g, n, n2 = out["gate"], out["none"], out["none2"]
+    out["ratio"] = {"gateNoneP50": _ratio(g["p50Ms"], n["p50Ms"]), "gateNoneP99": _ratio(g["p99Ms"], n["p99Ms"]),
+                    "none2NoneP50": _ratio(n2["p50Ms"], n["p50Ms"]),
+                    "none2NoneP99": _ratio(n2["p99Ms"], n["p99Ms"])}
+    return out
+
+
+def measure_unprotected(cluster: Any, modes: Modes, *, services: int, concurrency: list[int], objects: int,
+                        rounds: int) -> list[dict[str, Any]]:
+    """With `services` CriticalServices present: DELETEs of unprotected Deployments and label UPDATEs of
+    unprotected ConfigMaps in FREE_NAMESPACE, in modes gate, none and none2 alternated per round."""
+    replicas = cluster.gate.replicas
+    cells = []
+    for c in concurrency:
+        deleters = Deleters(cluster.kubeconfig, c)
+        deletes: dict[str, list[float]] = {m: [] for m in UNPROTECTED_MODES}
+        updates: dict[str, list[float]] = {m: [] for m in UNPROTECTED_MODES}
+        apiserver_cpu = dict.fromkeys(UNPROTECTED_MODES, 0.0)
+        moved = 0.0
+        evaluated: dict[str, list[float]] = {}  # webhook -> [seconds, evaluations] over the timed requests
+        try:
+            for r in range(rounds):
+                order = UNPROTECTED_MODES[r % 3:] + UNPROTECTED_MODES[:r % 3]
+                for mode in order:
+                    modes.set(mode)
+                    counted: dict[str, float] = {}
+
+                    @contextlib.contextmanager
+                    def around(mode: str = mode, counted: dict[str, float] = counted,
+                               evaluated: dict[str, list[float]] = evaluated) -> Iterator[None]:
+                        # Read right around the timed requests: the mode switch's own probe (a refused
+                        # dry-run DELETE) is a decision and comes before.
+                        if mode == "gate":
+                            counted["before"] = decisions_total([g.metrics() for g in replicas])
+                        page = cluster.admin.request("GET", "/metrics").text
+                        cpu, matched = process_cpu_seconds(page), match_condition_seconds(page)
+                        yield
+                        page = cluster.admin.request("GET", "/metrics").text
+                        counted["cpu"] = process_cpu_seconds(page) - cpu
+                        for name, (sec, n) in match_condition_seconds(page).items():
+                            was = matched.get(name, (0.0, 0.0))
+                            total = evaluated.setdefault(name, [0.0, 0.0])
+                            total[0], total[1] = total[0] + sec - was[0], total[1] + n - was[1]
+                        if mode == "gate":
+                            counted["after"] = decisions_total([g.metrics() for g in replicas])
+
+                    d, u = deleters.unprotected_round(objects, f"u{services}-c{c}-{mode}-{r}", FREE_NAMESPACE,
+                                                      around)
+                    deletes[mode] += d
+                    updates[mode] += u
+                    apiserver_cpu[mode] += counted["cpu"]
+                    if mode == "gate":
+                        moved += counted["after"] - counted["before"]
+        finally:
+            deleters.close()
+        modes.set("gate")
+        requests = 2 * objects * rounds
+        cell = {"services": services, "concurrency": c, "deletes": unprotected_summary(deletes),
+                "updates": unprotected_summary(updates), "gateDecisionsDuringGateRounds": moved,
+                # kube-apiserver's own CPU (process_cpu_seconds_total, 10 ms resolution) per request
+                "apiserverCpuUsPerRequest": {m: round(apiserver_cpu[m] * 1e6 / requests, 1)
+                                             for m in UNPROTECTED_MODES},
+                "apiserverMatchConditions": {name: {"evaluations": int(n), "meanUs": round(sec * 1e6 / n, 1)}
+                                             for name, (sec, n) in sorted(evaluated.items()) if n}}
+        cells.append(cell)
+        print(_unprotected_row(cell), file=sys.stderr, flush=True)
+        print(f"kube-apiserver's matchCondition evaluations: {json.dumps(cell['apiserverMatchConditions'])}",
+              file=sys.stderr, flush=True)
+    return cells
+
+
+UNPROTECTED_HEADER = ("| CriticalServices | clients | DELETE gate p50/p99 ms | none | none2 | gate/none p50, p99 "
+                      "| none2/none p50, p99 | UPDATE gate p50/p99 ms | none | none2 | gate/none p50, p99 "
+                      "| none2/none p50, p99 | gate decisions during | apiserver CPU us/request gate, none, none2 |")
+
+
+def _unprotected_row(cell: dict[str, Any]) -> str:
+    parts = [str(cell["services"]), str(cell["concurrency"])]
+    for kind in ("deletes", "updates"):
+        k = cell[kind]
+        parts += [f"{k[m]['p50Ms']}/{k[m]['p99Ms']}" for m in UNPROTECTED_MODES]
+        parts += [f"{k['ratio']['gateNoneP50']}x, {k['ratio']['gateNoneP99']}x",
+                  f"{k['ratio']['none2NoneP50']}x, {k['ratio']['none2NoneP99']}x"]
+    cpu = cell["apiserverCpuUsPerRequest"]
+    parts += [f"{cell['gateDecisionsDuringGateRounds']:g}", ", ".join(str(cpu[m]) for m in UNPROTECTED_MODES)]
+    return "| " + " | ".join(parts) + " |"
+
+
 TABLE_HEADER = ("| deleters | churn (writes/s) | gate p50/p99 ms | floor p50/p99 ms | none p50/p99 ms | "
                 "gate/floor p50 | gate/floor p99 | gate/none p50 | gate/none p99 | decision p99 ms (cache only) "
                 "| loop lag p99 ms (on CPU) | gate CPU share, us/DELETE (floor's) |")
@@ -603,10 +849,13 @@ def _row(cell: dict[str, Any]) -> str:
 
 
 def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, teardown: bool,
-        profile_cell: int | None = None, keep: Path | None = None) -> dict[str, Any]:
+        profile_cell: int | None = None, keep: Path | None = None, *,
+        kinds: tuple[str, ...] = ("protected", "unprotected"), populations: tuple[int, ...] = POPULATIONS,
+        enforcing_creates: int = 50, cluster_wide: int = 3) -> dict[str, Any]:
+    from benchmarks import population, routingscale
     from tests.realcluster import build
     from tests.realcluster.cluster import real_cluster
-    from tests.realcluster.teardown import FinalizerController, RepeatingDeleter, Story, apply_story
+    from tests.realcluster.teardown import FinalizerController, RepeatingDeleter, Story, apply_story, wait_for
 
     reason = build.missing_toolchain() if build.cached(build.selected_minor()) is None else None
     if reason is not None:
@@ -624,17 +873,58 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
         apply_story(cluster.kubectl, client, probe_story)
         assert cluster.kubectl("create", "namespace", BENCH_NAMESPACE).returncode == 0
         set_up_churn(cluster, cluster.gate.replicas[0])
-        saved = client.get(WEBHOOK_CONFIGURATION)
-        assert saved is not None
-        modes = Modes(client, _gate_body(saved), floor_configuration(saved, noop), noop, probe_story.deployment_path)
-        print(TABLE_HEADER, file=sys.stderr, flush=True)
-        cells = measure(cluster, modes, concurrency=concurrency, objects=objects, rounds=rounds, churn_rate=churn_rate,
-                        profile_cell=profile_cell, directory=keep or Path(tmp))
+        wait_for(lambda: client.create("/apis/criticalsvc.io/v1alpha1/criticalservices", BENCH_GUARD).status_code
+                 == 201, timeout=60, what="the bench guard CriticalService to be created")
+        assert cluster.kubectl("create", "namespace", FREE_NAMESPACE).returncode == 0
+        for ns in population.namespaces(max(populations, default=0)):
+            assert cluster.kubectl("create", "namespace", ns).returncode == 0
+        routingscale.populate(cluster, [BENCH_GUARD])  # Enforcing: criticalsvc-providers written and live
+        saved = []
+        for name in ("criticalsvc", "criticalsvc-providers"):
+            stored_now = client.get(f"{WEBHOOKS}/{name}")
+            assert stored_now is not None, name
+            saved.append(stored_now)
+        gates = [r.process for r in cluster.gate.replicas]
+        floor = [floor_configuration(saved[0], noop),
+                 floor_configuration(saved[1], noop, name=f"{FLOOR_CONFIGURATION_NAME}-providers")]
+        modes = Modes(client, [stored_body(c) for c in saved], floor, noop, probe_story.deployment_path, gates)
+        cells: list[dict[str, Any]] = []
+        if "protected" in kinds:
+            print(TABLE_HEADER, file=sys.stderr, flush=True)
+            cells = measure(cluster, modes, concurrency=concurrency, objects=objects, rounds=rounds,
+                            churn_rate=churn_rate, profile_cell=profile_cell, directory=keep or Path(tmp))
+        unprotected: list[dict[str, Any]] = []
+        scale: dict[str, Any] = {}
+        if "unprotected" in kinds:
+            print(UNPROTECTED_HEADER, file=sys.stderr, flush=True)
+            have = 0
+            for size in populations:
+                modes.set("gate")
+                grown = routingscale.populate(cluster, population.population(size)[have:])
+                have = size
+                # The configuration changed: what the modes restore is what the router wrote now.
+                stored = client.get(f"{WEBHOOKS}/criticalsvc-providers")
+                assert stored is not None
+                modes.gate_bodies[1] = stored_body(stored)
+                modes.floor_bodies[1] = floor_configuration(stored, noop, name=f"{FLOOR_CONFIGURATION_NAME}-providers")
+                scale[str(size)] = {"populate": grown, "providersConfiguration": routingscale.live_size(cluster)}
+                print(f"{size} CriticalServices: {json.dumps(scale[str(size)])}", file=sys.stderr, flush=True)
+                unprotected += measure_unprotected(cluster, modes, services=size, concurrency=concurrency,
+                                                   objects=objects, rounds=rounds)
+            if populations and enforcing_creates:
+                extra = [population.critical_service(i) for i in range(have, have + enforcing_creates)]
+                scale["timeToEnforcing"] = {"present": have, **routingscale.time_to_enforcing(cluster, extra)}
+                print(f"CREATE to Enforcing: {json.dumps(scale['timeToEnforcing'])}", file=sys.stderr, flush=True)
+            if populations and cluster_wide:
+                wide = [population.cluster_wide_service(j) for j in range(cluster_wide)]
+                routingscale.populate(cluster, wide)
+                scale["clusterWide"] = {"count": cluster_wide, **routingscale.broad(cluster, wide)}
+                print(f"cluster-wide: {json.dumps(scale['clusterWide'])}", file=sys.stderr, flush=True)
         modes.set("gate")
         metrics = client.request("GET", "/metrics").text
         result: dict[str, Any] = {
             "kubernetes": binaries.kubernetes_version, "objectsPerRound": objects, "roundsPerMode": rounds,
-            "cells": cells,
+            "cells": cells, "unprotectedCells": unprotected, "routingScale": scale,
             "apiserverWebhookDuration": webhook_durations(
                 metrics, suffixes=("gate.criticalsvc.io", "floor.criticalsvc.io"))}
         if not teardown:
@@ -668,6 +958,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile-cell", type=int, metavar="C",
                         help="record the gate with py-spy (--nonblocking) during the churn cell of C deleters")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="write the raw py-spy samples here")
+    parser.add_argument("--cells", default="protected,unprotected",
+                        help="which cells: protected, unprotected, or both comma-separated (default: %(default)s)")
+    parser.add_argument("--services", default=",".join(map(str, POPULATIONS)),
+                        help="CriticalServices present in the unprotected cells, grown in turn (default: %(default)s)")
+    parser.add_argument("--enforcing-creates", type=int, default=50,
+                        help="CREATEs timed to Ready=Enforcing after the last population (default: %(default)s)")
+    parser.add_argument("--cluster-wide", type=int, default=3,
+                        help="cluster-wide selectors added at the end, to see routing go broad (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = parser.parse_args(argv)
     try:
@@ -678,7 +976,10 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         result = run(args.objects, args.rounds, concurrency, args.churn_rate, not args.no_teardown,
-                     profile_cell=args.profile_cell, keep=args.keep)
+                     profile_cell=args.profile_cell, keep=args.keep,
+                     kinds=tuple(k for k in args.cells.split(",") if k),
+                     populations=tuple(int(n) for n in args.services.split(",") if n),
+                     enforcing_creates=args.enforcing_creates, cluster_wide=args.cluster_wide)
     except subprocess.CalledProcessError as exc:
         print(f"python -m benchmarks realcluster: {exc}", file=sys.stderr)
         return 1
@@ -686,10 +987,14 @@ def main(argv: list[str]) -> int:
         print(json.dumps(result))
     else:
         print(json.dumps(result, indent=2))
-        if "cells" in result:
+        if result.get("cells"):
             print(TABLE_HEADER)
             for cell in result["cells"]:
                 print(_row(cell))
+        if result.get("unprotectedCells"):
+            print(UNPROTECTED_HEADER)
+            for cell in result["unprotectedCells"]:
+                print(_unprotected_row(cell))
     return 0
 
 
