@@ -228,7 +228,7 @@ def test_a_fast_path_error_never_becomes_false() -> None:
 
 
 def test_the_rewritten_text_guards_each_comparison_by_type() -> None:
-    ast = cond._env().compile("object.spec.replicas > 0")
+    ast = cond.cel_environment().compile("object.spec.replicas > 0")
     assert cond._rewrite(ast, frozenset())[0] == \
         f"(type(object.spec.replicas) == int ? (object.spec.replicas > 0) : {cond._GIVE_UP})"
 
