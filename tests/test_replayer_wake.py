@@ -21,6 +21,7 @@ from kubefakes import FakeAPI, state_with
 from criticalsvc import replay
 from criticalsvc.admission import AdmissionRequest
 from criticalsvc.api import NAMESPACES, GroupResource, ObjectRef
+from criticalsvc.cache.manager import next_signal
 from criticalsvc.decision import decide
 from criticalsvc.objects import KubeObject
 from criticalsvc.replayer import LiveReplayer
@@ -60,16 +61,7 @@ class WatchedSource:
         self._waiters: list[asyncio.Future[None]] = []
 
     async def wait_event(self, timeout: float) -> bool:
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            async with asyncio.timeout(timeout):
-                await waiter
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            self._waiters.remove(waiter)
+        return await next_signal(self._waiters, timeout)
 
     def event(self, change: Callable[[], Any]) -> None:
         """A watch event: the state changes, then whoever waits is woken."""

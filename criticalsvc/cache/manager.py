@@ -45,6 +45,22 @@ from .transport import Transport
 from .watchset import ALWAYS_WATCHED, UNWATCH_AFTER, WatchSet
 
 
+async def next_signal(waiters: list[asyncio.Future[None]], timeout: float) -> bool:
+    """Wait on a future added to `waiters` (the signaller sets every one it finds): True when signalled, False
+    after `timeout` seconds. Added before the first await, so a signal after the caller's last look is never
+    missed (one event loop)."""
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    waiters.append(waiter)
+    try:
+        async with asyncio.timeout(timeout):
+            await waiter
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        with contextlib.suppress(ValueError):
+            waiters.remove(waiter)
+
 class CacheState:
     """Watch-fed caches implementing ClusterState; `start()` them, then wait for `ready`."""
 
@@ -164,33 +180,13 @@ class CacheState:
         """Return True at the next change of the caches (a reflector synced, the watch set or discovery changed),
         False after `timeout` seconds without one. Registered before the first await: a change after the
         caller's last look at the state is never missed (one event loop)."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._change_waiters.append(waiter)
-        try:
-            async with asyncio.timeout(timeout):
-                await waiter
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            with contextlib.suppress(ValueError):
-                self._change_waiters.remove(waiter)
+        return await next_signal(self._change_waiters, timeout)
 
     async def wait_event(self, timeout: float) -> bool:
         """Return True at the next change of what the state answers - an object event as well as what wakes
         `wait_changed` - and False after `timeout` seconds without one. Registered before the first await, like
         `wait_changed`; a caller that must not miss an event between two waits compares `changes` too."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._event_waiters.append(waiter)
-        try:
-            async with asyncio.timeout(timeout):
-                await waiter
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            with contextlib.suppress(ValueError):
-                self._event_waiters.remove(waiter)
+        return await next_signal(self._event_waiters, timeout)
 
     def _on_event(self) -> None:
         for waiter in self._event_waiters:
