@@ -149,6 +149,8 @@ class WebhookRouter:
         live = self.facts.live & wanted.routes  # narrowing is immediate; widening waits for the probe
         self._set_facts(routing.Routing(managed=True, needs=dict(wanted.needs), written=wanted.routes, live=live,
                                         broad=dict(rendered.broad)))
+        if outcome == "unchanged" and wanted.routes <= live:
+            return outcome  # a resync that found the configuration seen live: nothing new to probe
         for delay in (0.0, *PROBE_BACKOFF):
             if delay:
                 await self.sleep(delay)

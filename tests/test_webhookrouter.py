@@ -175,6 +175,21 @@ async def test_routes_are_live_only_once_the_probe_returns_the_digest_written():
 
 
 @pytest.mark.anyio
+async def test_a_resync_of_a_configuration_seen_live_sends_no_probe():
+    """Idle cost: once live, a resync that finds the configuration unchanged reads it and probes nothing."""
+    api = RoutingAPI()
+    api.put(SHIPPED, shipped())
+    router, _events, clock = router_over(api, widget_service())
+    async with leading(router):
+        await eventually(lambda: WIDGET_DELETE in router.facts.live, what="the routes live")
+        probes, syncs = len(api.sent("POST", PROBE)), router.syncs
+        for n in range(1, 4):
+            clock.now += webhookrouter.RESYNC
+            await eventually(lambda n=n: router.syncs >= syncs + n, what=f"resync {n}")
+    assert len(api.sent("POST", PROBE)) == probes and WIDGET_DELETE in router.facts.live
+
+
+@pytest.mark.anyio
 async def test_a_probe_that_cannot_be_sent_is_an_error_and_nothing_is_live():
     api = RoutingAPI()
     api.put(SHIPPED, shipped())
