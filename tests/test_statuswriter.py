@@ -93,6 +93,26 @@ def _writer(store: Store, url: str, identity: str) -> StatusWriter:
                         router=_Router())
 
 
+def _events_written(store: Store, url: str, review: Any, request: Any, decision: Any) -> list[Any]:
+    """The Events a leader writes for `decision` (its dry-run twin first: it must write none)."""
+    def events() -> list[Any]:
+        return httpx.get(f"{url}/api/v1/namespaces/default/events").json()["items"]
+
+    async def main() -> Any:
+        writer = _writer(store, url, "replica-a")
+        dry = parse_review({**review, "request": {**review["request"], "dryRun": True, "uid": "dry"}})
+        writer.record(dry, decide(dry, store.state))
+        assert writer._events.empty()
+        writer.record(request, decision)
+        try:
+            return await _run_for([writer.run_events()], events)
+        finally:
+            await writer.api_client.close()
+
+    result: list[Any] = asyncio.run(main())
+    return result
+
+
 def test_elected_writer_publishes_blocking_status(cluster):
     """The leader writes Ready/Blocking conditions, blockers and providerUID; the Lease names it."""
     store, url = cluster
@@ -146,21 +166,7 @@ def test_denial_becomes_an_event_and_dry_run_does_not(cluster):
     decision = decide(request, store.state)
     assert not decision.allowed
 
-    def events() -> list[Any]:
-        return httpx.get(f"{url}/api/v1/namespaces/default/events").json()["items"]
-
-    async def main() -> Any:
-        writer = _writer(store, url, "replica-a")
-        dry = parse_review({**review, "request": {**review["request"], "dryRun": True, "uid": "dry"}})
-        writer.record(dry, decide(dry, store.state))
-        assert writer._events.empty()
-        writer.record(request, decision)
-        try:
-            return await _run_for([writer.run_events()], events)
-        finally:
-            await writer.api_client.close()
-
-    (event,) = asyncio.run(main())
+    (event,) = _events_written(store, url, review, request, decision)
     assert event["reason"] == "DeletionBlocked" and event["type"] == "Warning"
     assert event["involvedObject"]["name"] == "for-finalizer-deployment"
     assert "requested by alice" in event["message"]
@@ -580,21 +586,7 @@ def test_setting_spec_recreated_provider_becomes_an_event_naming_who_set_it(clus
     decision = decide(request, store.state)
     assert decision.allowed and decision.rule == Rule.RECREATED_PROVIDER_INTENT
 
-    def events() -> list[Any]:
-        return httpx.get(f"{url}/api/v1/namespaces/default/events").json()["items"]
-
-    async def main() -> Any:
-        writer = _writer(store, url, "replica-a")
-        dry = parse_review({**review, "request": {**review["request"], "dryRun": True, "uid": "dry"}})
-        writer.record(dry, decide(dry, store.state))
-        assert writer._events.empty()
-        writer.record(request, decision)
-        try:
-            return await _run_for([writer.run_events()], events)
-        finally:
-            await writer.api_client.close()
-
-    (event,) = asyncio.run(main())
+    (event,) = _events_written(store, url, review, request, decision)
     assert event["reason"] == "RecreatedProviderIntent" and event["type"] == "Warning"
     assert event["involvedObject"]["name"] == old["metadata"]["name"]
     assert "set to Orphan by alice" in event["message"]
