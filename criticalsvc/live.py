@@ -8,7 +8,9 @@ API server's own watch cache and be just as stale as ours):
 
     get(ref)                 GET  .../<resource>/<name>
     select(gr, ns, sel)      LIST .../<resource>?labelSelector=<sel> (and again filtered here)
-    with_finalizer(gr, f)    LIST .../<resource>, filtered here (no field selector exists for it)
+    with_finalizer(gr, f)    LIST .../<resource>, filtered here (no field selector exists for it); for a
+                             type of CATCH_UP_ABOVE objects or more, the gate's own cache of it brought up
+                             to a consistent read's version by a watch (criticalsvc/cache/catchup.py)
     critical_services()      LIST of criticalservices (protecting / hosted_in filter that list; a provider
                              selector is matched against the request's labels, or a fresh GET's)
     resolve(gr)              the cache's mapper when it knows the name; otherwise the group's fresh
@@ -47,9 +49,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Collection, Hashable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
+import structlog
 
 from . import criteria
 from .admission import AdmissionRequest
@@ -63,6 +66,7 @@ from .api import (
     ObjectRef,
     ProviderSelector,
 )
+from .cache.catchup import CatchUpFailed, MirrorView, catch_up
 from .cache.discovery import discover_group
 from .cache.transport import (
     ACCEPT_METADATA,
@@ -80,12 +84,22 @@ from .labels import LabelSelector
 from .objects import KubeObject
 from .restmapper import ResourceType, RESTMapper
 
+log = structlog.get_logger("criticalsvc.live")
+
 # The whole confirmation's budget; see the module docstring for the arithmetic.
 CONFIRM_TIMEOUT = 2.0
 # Rounds are bounded by the number of distinct questions a decision can ask (a handful per
 # CriticalService involved); 8 covers a namespace hosting several protected providers.
 MAX_ROUNDS = 8
 PAGE_SIZE = 500
+# A Finalizer criterion over a type the cache holds this many objects of is read from the cache, caught
+# up to a fresh version (criticalsvc/cache/catchup.py), instead of LISTed: a LIST costs ~20-45 us an object
+# (design/operations.md, "Real scale"), so at 20,000 it takes about what the catch-up's bookmark does (~1 s).
+CATCH_UP_ABOVE = 20_000
+# A catch-up's budget: its bookmark comes up to 2.25 s after its watch opens (criticalsvc/cache/catchup.py),
+# after one small LIST. Within the webhook's outer bound (server.DEFAULT_CONFIRM_TIMEOUT, 4 s) and the
+# API server's timeoutSeconds (5 s).
+CATCH_UP_TIMEOUT = 3.5
 
 Question = tuple[Hashable, ...]
 FailureReason = Literal["timeout", "error"]
@@ -99,6 +113,16 @@ class _Flights:
     current: asyncio.Task[Any] | None = None
     sent: float = 0.0
     queued: asyncio.Task[Any] | None = None
+
+
+class Mirror(Protocol):
+    """The gate's own cache, as far as a catch-up reads it (CacheState)."""
+
+    def carriers(self, gr: GroupResource, finalizer: str) -> MirrorView | None: ...
+
+
+# How a Finalizer criterion's objects were read, for criticalsvc_finalizer_read_seconds{method}.
+ReadMethod = Literal["list", "mirror", "watch"]
 
 
 class LiveReadFailed(StateUnavailable):
@@ -127,6 +151,8 @@ def _describe(q: Question) -> str:
         case ("list", gr, namespace, selector, _):
             where = f" in namespace {namespace}" if namespace else ""
             return f"{gr}{where}" + (f" matching {selector}" if selector else "")
+        case ("carriers", gr, finalizer, _):
+            return f"{gr} carrying finalizer {finalizer}"
     return str(q)
 
 
@@ -182,7 +208,7 @@ class LiveState:
 
     def with_finalizer(self, gr: GroupResource, finalizer: str, *,
                        condition: Condition | None = None) -> Collection[KubeObject]:
-        objects: list[KubeObject] = self._answer(("list", gr, None, "", self._conditions_on(gr)), [])
+        objects: list[KubeObject] = self._answer(("carriers", gr, finalizer, self._conditions_on(gr)), [])
         return _in_order([o for o in objects if finalizer in o.finalizers and _counts(o, condition)])
 
     def select(self, gr: GroupResource, *, namespace: str | None, selector: LabelSelector | None,
@@ -282,10 +308,17 @@ class LiveReader:
 
     def __init__(self, transport: Transport, *, mapper: RESTMapper | None = None, timeout: float = CONFIRM_TIMEOUT,
                  max_rounds: int = MAX_ROUNDS, confirm_unprotected: bool = False,
-                 on_failure: Callable[[FailureReason], None] | None = None) -> None:
+                 on_failure: Callable[[FailureReason], None] | None = None, mirror: Mirror | None = None,
+                 catch_up_above: int = CATCH_UP_ABOVE, catch_up_timeout: float = CATCH_UP_TIMEOUT,
+                 on_finalizer_read: Callable[[ReadMethod, float], None] | None = None) -> None:
         self.transport = transport
         self.mapper = mapper
         self.timeout = timeout
+        # Without a mirror every Finalizer criterion is read by LIST.
+        self.mirror = mirror
+        self.catch_up_above = catch_up_above
+        self.catch_up_timeout = catch_up_timeout
+        self.on_finalizer_read = on_finalizer_read
         self.max_rounds = max_rounds
         self.confirm_unprotected = confirm_unprotected
         self.on_failure = on_failure
@@ -350,7 +383,6 @@ class LiveReader:
     async def decide(self, request: AdmissionRequest) -> Confirmation:
         """`decide(request, <fresh reads>)`; a read that fails or times out makes it a denial."""
         began = time.monotonic()
-        deadline = began + self.timeout
         memo: dict[Question, Any] = {}
         for round_ in range(1, self.max_rounds + 1):
             live = LiveState(memo, mapper=self.mapper)
@@ -360,7 +392,7 @@ class LiveReader:
                 if error is not None and self.on_failure is not None:
                     self.on_failure(error.reason)
                 return Confirmation(decision, confirmed=True, rounds=round_, error=error)
-            await self._fetch(live.missing, memo, began, deadline)
+            await self._fetch(live.missing, memo, began)
         error = LiveReadFailed(f"the fresh read needed more than {self.max_rounds} rounds")
         if self.on_failure is not None:
             self.on_failure(error.reason)
@@ -369,16 +401,21 @@ class LiveReader:
                             confirmed=True, rounds=self.max_rounds, error=error)
 
     # --- reads ----------------------------------------------------------------------------------------
-    async def _fetch(self, questions: set[Question], memo: dict[Question, Any], began: float,
-                     deadline: float) -> None:
+    def _budget(self, q: Question) -> float:
+        """How long a read of `q` may take: a Finalizer question may need a catch-up, which waits for a bookmark."""
+        return max(self.timeout, self.catch_up_timeout) if q[0] == "carriers" and self.mirror is not None \
+            else self.timeout
+
+    async def _fetch(self, questions: set[Question], memo: dict[Question, Any], began: float) -> None:
         tasks = {self._shared(q, began): q for q in questions}
-        remaining = max(0.0, deadline - time.monotonic())
+        budget = max(self._budget(q) for q in questions)
+        remaining = max(0.0, began + budget - time.monotonic())
         # A read still running when this confirmation's budget is spent is left to end within its own
         # (others may be waiting for it); here it counts as a timeout.
         _done, pending = await asyncio.wait(tasks, timeout=remaining)
         for task, q in tasks.items():
             if task in pending or task.cancelled():
-                memo[q] = LiveReadTimeout(f"a fresh read of {_describe(q)} got no answer within {self.timeout:g} s")
+                memo[q] = LiveReadTimeout(f"a fresh read of {_describe(q)} got no answer within {budget:g} s")
                 continue
             exc = task.exception()
             if isinstance(exc, TimeoutError) or (isinstance(exc, TransportError) and "timed out" in str(exc)):
@@ -411,7 +448,7 @@ class LiveReader:
         try:
             # Its own budget: the confirmations sharing it began at different moments and each waits only
             # as long as its own allows. The memo is this read's alone (discovery it needed on the way).
-            return await self._read(q, {}, time.monotonic() + self.timeout)
+            return await self._read(q, {}, time.monotonic() + self._budget(q))
         finally:
             if flights.current is me:
                 flights.current = None
@@ -430,6 +467,8 @@ class LiveReader:
             case ("list", GroupResource() as gr, namespace, str(selector), frozenset() as conditioned):
                 return await self._list(gr, namespace if isinstance(namespace, str) else None, selector, conditioned,
                                         memo, deadline)
+            case ("carriers", GroupResource() as gr, str(finalizer), frozenset() as conditioned):
+                return await self._carriers(gr, finalizer, conditioned, memo, deadline)
         raise TypeError(f"unknown question {q!r}")
 
     def _left(self, deadline: float) -> float:
@@ -495,6 +534,42 @@ class LiveReader:
 
         result: list[KubeObject] = await self._with_type(gr, memo, deadline, read, [])
         return result
+
+    async def _carriers(self, gr: GroupResource, finalizer: str, conditioned: frozenset[Criterion],
+                        memo: Mapping[Question, Any], deadline: float) -> list[KubeObject]:
+        """The objects of gr carrying `finalizer`, as of a version read after this read began."""
+        accept = "application/json" if conditioned else ACCEPT_METADATA_LIST
+
+        def keep(raw: Mapping[str, Any], t: ResourceType) -> KubeObject | None:
+            obj = criteria.project_for(raw, t.group_resource, conditioned)
+            return obj if finalizer in obj.finalizers else None
+
+        async def read(t: ResourceType) -> list[KubeObject]:
+            started = time.monotonic()
+            view = self.mirror.carriers(t.group_resource, finalizer) if self.mirror is not None else None
+            if view is not None and view.total >= self.catch_up_above:
+                try:
+                    caught = await catch_up(self.transport, t, view, keep=lambda raw: keep(raw, t), deadline=deadline,
+                                            accept="application/json" if conditioned else ACCEPT_METADATA)
+                except CatchUpFailed as exc:
+                    # Rare: the cache's version left the API server's window of events (410: its watch is itself
+                    # about to see it and list again), or versions that do not compare. The LIST may not fit what
+                    # is left of the budget; then it is a denial, never an ALLOW.
+                    log.info("catch-up failed; listing instead", resource=str(t.group_resource), error=str(exc))
+                else:
+                    self._finalizer_read("watch" if caught.watches else "mirror", started)
+                    return caught.objects
+            items = await self._list_items(t.path(), "", deadline, accept=accept)
+            held = [obj for obj in (keep(i, t) for i in items) if obj is not None]
+            self._finalizer_read("list", started)
+            return held
+
+        result: list[KubeObject] = await self._with_type(gr, memo, deadline, read, [])
+        return result
+
+    def _finalizer_read(self, method: ReadMethod, started: float) -> None:
+        if self.on_finalizer_read is not None:
+            self.on_finalizer_read(method, time.monotonic() - started)
 
     async def _services(self, memo: Mapping[Question, Any], deadline: float) -> list[CriticalService]:
         from .api import parse_critical_service

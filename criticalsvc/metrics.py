@@ -17,6 +17,8 @@ restarts by incrementing `watch_restarts` (e.g. CacheState's `on_watch_restart` 
     criticalsvc_watch_restarts_total{resource}                    a watch that had to start over
     criticalsvc_live_confirmations_total{result}                  allowed | denied | failed
     criticalsvc_live_confirmation_failures_total{reason}          timeout | error
+    criticalsvc_finalizer_read_seconds{method}                    each fresh read of a Finalizer criterion's
+                                                                  objects: list | mirror | watch (caught up)
     criticalsvc_break_glass_total{resource}                       deletions and updates let through by break-glass
     criticalsvc_requests_rejected_total{reason}                   malformed | too-large (body or head) | not-ready
     criticalsvc_decision_errors_total                             unexpected exceptions (answered DENY)
@@ -113,6 +115,11 @@ class Metrics:
         self.live_confirmation_failures = Counter(
             "criticalsvc_live_confirmation_failures_total", "Live confirmations that could not be completed "
             "(the deletion was denied), by reason (timeout, error).", ["reason"], registry=r)
+        self.finalizer_reads = Histogram(
+            "criticalsvc_finalizer_read_seconds", "Fresh reads of the objects carrying a Finalizer criterion's "
+            "finalizer, by method: list (a LIST of the whole type), mirror (the cache was already past a consistent "
+            "read's version), watch (the cache caught up to it by a watch and its bookmark).", ["method"],
+            buckets=DURATION_BUCKETS, registry=r)
         self.break_glass = Counter(
             "criticalsvc_break_glass_total", "Deletions and updates allowed by the break-glass annotation "
             "although criteria were unmet, by resource.", ["resource"], registry=r)

@@ -81,10 +81,11 @@ ROUTINE_RULES = frozenset({Rule.UNPROTECTED, Rule.NOT_GATED, Rule.UPDATE_EXEMPT}
 # carries one object (oldObject), a CriticalService UPDATE two small ones.
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 # An outer bound on the live confirmation. The callback should keep its own, shorter budget (the live
-# reader uses 2 s) so that its more precise denial is the usual one; this one catches a callback that
-# hangs. The API server waits timeoutSeconds for the whole call (v1 default 10 s, design/kubernetes-semantics.md §7;
-# deploy/base/webhook.yaml sets 5 s), so 3 s still leaves room for the rest of the request.
-DEFAULT_CONFIRM_TIMEOUT = 3.0
+# reader uses 2 s, 3.5 s for a Finalizer criterion caught up by a watch: criticalsvc/live.py) so that its
+# more precise denial is the usual one; this one catches a callback that hangs. The API server waits
+# timeoutSeconds for the whole call (v1 default 10 s, design/kubernetes-semantics.md §7; deploy/base/webhook.yaml
+# and the routed webhooks set 5 s), so 4 s still leaves room for the rest of the request.
+DEFAULT_CONFIRM_TIMEOUT = 4.0
 
 # A CriticalService's CREATE or UPDATE that meets a cache still syncing (a type a CriticalService has just
 # named: usually milliseconds) waits for the caches, at most this long, instead of being refused, so one

@@ -114,6 +114,52 @@ class ScriptedTransport:
         return [c for c in self.calls if c.kind == kind]
 
 
+# --- a cache that lags the API server, on purpose ---------------------------------------------------------
+class HoldingTransport:
+    """Any Transport, with `hold()`: the watch streams open at that moment deliver nothing more until
+    `release()`, while every other request (a GET, a LIST, a watch opened later) is answered as usual.
+    What a cache sees while its watch lags a few events behind the API server, made to last as long as a
+    test needs: the window a fresh read exists for. `calls` records every request (kind, path, params)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[tuple[str, str, dict[str, str]]] = []
+        self._open: set[int] = set()
+        self._held: set[int] = set()
+        self._released = asyncio.Event()
+        self._ids = iter(range(1, 1 << 62))
+
+    def hold(self) -> None:
+        self._held = set(self._open)
+        self._released.clear()
+
+    def release(self) -> None:
+        self._held = set()
+        self._released.set()
+
+    async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = "application/json") -> Any:
+        self.calls.append(("get", path, dict(params)))
+        return await self.inner.get(path, params, timeout=timeout, accept=accept)
+
+    @contextlib.asynccontextmanager
+    async def stream(self, path: str, params: Any = (), *, timeout: float,
+                     accept: str = "application/json") -> AsyncIterator[AsyncIterator[Any]]:
+        self.calls.append(("stream", path, dict(params)))
+        me = next(self._ids)
+        self._open.add(me)
+        try:
+            async with self.inner.stream(path, params, timeout=timeout, accept=accept) as events:
+                async def held() -> AsyncIterator[Any]:
+                    async for event in events:
+                        while me in self._held:
+                            await self._released.wait()
+                        yield event
+
+                yield held()
+        finally:
+            self._open.discard(me)
+
+
 # --- faults in front of the stand-in ------------------------------------------------------------------
 @attrs.define
 class Rule:

@@ -522,10 +522,11 @@ def test_serve_rejects_bad_flags_in_one_line(
 
 def test_serve_flag_defaults_mirror_the_server_constants() -> None:
     """The parser's defaults (kept import-light) are the server's own: 3 MiB body limit, cert check, levels."""
-    from criticalsvc import logs, server, serving
+    from criticalsvc import live, logs, server, serving
     from criticalsvc.commands import serve
 
     assert serve.DEFAULT_MAX_BODY_BYTES == server.DEFAULT_MAX_BODY_BYTES == 3 * 1024 * 1024
+    assert serve.CATCH_UP_ABOVE == live.CATCH_UP_ABOVE
     assert serve.CERT_CHECK_INTERVAL == serving.CERT_CHECK_INTERVAL
     assert serve.LOG_LEVELS == logs.LEVELS
     assert serve.EVENT_LOOPS == serving.EVENT_LOOPS

@@ -37,6 +37,7 @@ from ..labels import LabelSelector
 from ..objects import KubeObject
 from ..restmapper import RESTMapper
 from ..state import ClusterState, MemoryState
+from .catchup import MirrorView
 from .discovery import TIMEOUT as DISCOVERY_TIMEOUT
 from .guarded import GuardedState
 from .reflector import DEFAULT_BACKOFF, WATCH_SECONDS, Reflector
@@ -222,6 +223,15 @@ class CacheState:
 
     def reflector(self, gr: GroupResource) -> Reflector | None:
         return self.watches.reflector(gr)
+
+    def carriers(self, gr: GroupResource, finalizer: str) -> MirrorView | None:
+        """The objects of gr carrying `finalizer` and the version they are the state at, taken in one step
+        of the event loop; None when the cache holds gr at no exact version (see WatchSet.exact_version)."""
+        version = self.watches.exact_version(gr)
+        if version is None:
+            return None
+        held = self.memory.with_finalizer(gr, finalizer)
+        return MirrorView(version, {(o.namespace, o.name): o for o in held}, self.memory.count(gr))
 
     # --- discovery ------------------------------------------------------------------------------------
     def refresh_discovery(self) -> None:

@@ -167,6 +167,18 @@ class WatchSet:
     def reflector(self, gr: GroupResource) -> Reflector | None:
         return self.reflectors.get(gr)
 
+    def exact_version(self, gr: GroupResource) -> str | None:
+        """The resourceVersion whose state `memory` holds of `gr`, exactly; None when no one version does.
+
+        Exact while the reflector decisions read is watching: its LIST was complete and every event since
+        was applied in order (criticalsvc/cache/catchup.py, step 2). Not while it lists (pages of a newer
+        snapshot over the old state), nor while a successor lists beside it (its pages may be older than
+        events already applied)."""
+        reflector = self.reflectors.get(gr)
+        if reflector is None or gr in self.successors or not reflector.watching:
+            return None
+        return reflector.resource_version
+
     async def stop(self) -> None:
         """Stop every reflector, those being dropped included."""
         reflectors = [*self.reflectors.values(), *self.successors.values()]

@@ -42,9 +42,11 @@ from ..replay import ARM_WINDOW, TIME_TO_LIVE
 if TYPE_CHECKING:  # the server stack (starlette, uvicorn, prometheus) loads only when `serve` runs
     from ..serving import Service
 
-# Mirrors of server.DEFAULT_MAX_BODY_BYTES (3 MiB), serving.CERT_CHECK_INTERVAL and logs.LEVELS, so
-# that building the CLI's parser does not import the server stack; tests/test_serving.py checks them.
+# Mirrors of server.DEFAULT_MAX_BODY_BYTES (3 MiB), serving.CERT_CHECK_INTERVAL, logs.LEVELS and
+# live.CATCH_UP_ABOVE, so that building the CLI's parser does not import the server stack;
+# tests/test_serving.py checks them.
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+CATCH_UP_ABOVE = 20_000
 CERT_CHECK_INTERVAL = 2.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
@@ -101,6 +103,10 @@ def register(sub: Any) -> None:
                    help="let the leader write the ValidatingWebhookConfiguration criticalsvc-providers that sends the "
                         "gate the DELETEs (and held UPDATEs) of every CriticalService's provider type the shipped "
                         "configuration does not route (default: on; off also with --no-status)")
+    p.add_argument("--catch-up-above", type=_non_negative_int, default=CATCH_UP_ABOVE, metavar="OBJECTS",
+                   help="a Finalizer criterion over a type the cache holds this many objects of is confirmed from the "
+                        "cache, caught up to a consistent read's version by a watch, instead of by a LIST of the whole "
+                        "type (0: always; default %(default)d)")
     p.add_argument("--webhook-configuration", default="criticalsvc", metavar="NAME",
                    help="the shipped ValidatingWebhookConfiguration: only read, to copy its clientConfig into and "
                         "own criticalsvc-providers (default: %(default)s)")
@@ -119,6 +125,12 @@ def register(sub: Any) -> None:
 def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of bytes, got {text!r}")
+    return int(text)
+
+
+def _non_negative_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of objects (0 or more), got {text!r}")
     return int(text)
 
 
@@ -256,7 +268,8 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             stack.push_async_callback(api.close)
             transport = KubeTransport(api)
             cache = CacheState(transport, on_watch_restart=lambda r: metrics.watch_restarts.labels(r).inc())
-            reader = LiveReader(transport, mapper=cache.mapper)
+            reader = LiveReader(transport, mapper=cache.mapper, mirror=cache, catch_up_above=args.catch_up_above,
+                                on_finalizer_read=lambda m, s: metrics.finalizer_reads.labels(m).observe(s))
             source, confirm, needs_confirmation = cache, reader.confirm, reader.needs_confirmation
             from ..cache.access import ReadAccess
 
