@@ -567,7 +567,7 @@ def test_a_confirming_read_that_cannot_be_made_in_time_denies(faults: Faults) ->
     What the gate does (criticalsvc/live.py, server.py): a DELETE its watch caches would ALLOW, of
     something a CriticalService protects, is decided again on fresh reads (GET/LIST without
     resourceVersion). The live reader's budget for the whole confirmation is 2 s (live.CONFIRM_TIMEOUT);
-    the webhook bounds the callback at 3 s (server.DEFAULT_CONFIRM_TIMEOUT); the API server waits 5 s
+    the webhook bounds the callback at 4 s (server.DEFAULT_CONFIRM_TIMEOUT); the API server waits 5 s
     (the webhook's timeoutSeconds). A read that is not answered within the budget becomes
     LiveReadTimeout: the webhook logs "live confirmation failed", counts
     criticalsvc_live_confirmation_failures_total{reason="timeout"} and answers 403 ("could not verify
