@@ -11,8 +11,9 @@ another's leftovers; the provider's finalizer work is a FinalizerController thre
 
 The deleters are the simulator's (criticalsvc/sim/clients.py), played for real:
 
-    ideal          every 50 ms a server-side dry-run DELETE of each object left; the real DELETE the
-                   moment a dry run passes (the oracle: its teardown time is the critical path)
+    ideal          the tool-neutral ideal (benchmarks/ideal.py `neutral`): each DELETE the moment the safe
+                   order allows it, the CRD once its instances are gone; ideal-one-pass, ideal-namespaces and
+                   ideal-flux are the deleters' own orders (`own_ideal`), run when a case needs them
     kubectl        `kubectl delete -f - --ignore-not-found --wait=false`, once
     kubectl-rerun  the same, re-run 30 s after each run that did not exit 0
     manifestwork   the Open Cluster Management work agent's deletion path (tests/realcluster/manifestwork.py,
@@ -38,9 +39,12 @@ and within QUIET they would have. The garbage collector never counts as done (it
 Refusals are the 403 answers the deleter got; for gc and manifestwork, the gate's log lines for refused
 DELETEs of the story's objects by anyone but the gate itself (the garbage collector's too;
 tests/realcluster runs it with the admin's credentials, so its user does not tell it apart). Replays
-are the gate's "deletion replayed" log lines for the story's objects. The ideal is measured once per
+are the gate's "deletion replayed" log lines for the story's objects. The ideals are measured once per
 run (on the story without an owner, as the gc bundle's ideal too: the root goes the moment its
-dependents are gone) and each case's ratio divides by the ideal of its run. For manifestwork the
+dependents are gone) and each case's ratio divides by the ideal of its run. The main table (`ideal_table`)
+times every case on the same objects (benchmarks/ideal.py `counted`, the workload) against the neutral
+ideal and its own order's, and everything (the tool's records too) against its own order's; the `rows`
+of the JSON keep the former columns (everything gone against the neutral ideal's everything gone). For manifestwork the
 makespan runs from the user's DELETE of the ManifestWork until the story, the ManifestWork and the
 AppliedManifestWork are gone; its rows also give "stack gone" (the last object of the story seen gone,
 against the same ideal) beside it, since the agent's own wait for what it deleted (50 ms doubling to
