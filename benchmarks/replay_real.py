@@ -95,6 +95,8 @@ STUCK_CAP = 300.0
 RETRY = Backoff(initial=0.05, maximum=60.0)  # the namespace deleter's requeue of a refused deletion
 SLOW_REAL = 15.0  # the slow-finalizer table: seconds from a CR's deletion until its finalizer is removed
 SLOW_CASES = (("manifestwork", False), ("manifestwork", True))
+# --crossplane-order: every story's CriticalService without its SpecificResource criterion on the CRD.
+CROSSPLANE_ORDER = threading.Event()
 # The ideals (benchmarks/ideal.py): "ideal" is the tool-neutral one; the others are a deleter's own order.
 IDEALS: dict[str, Callable[..., ideal.Order]] = {
     "ideal": ideal.neutral, "ideal-one-pass": ideal.one_pass, "ideal-foreground": ideal.one_pass,
@@ -334,6 +336,9 @@ def make_bundle(cluster: Any, suffix: str, *, replay: bool, owned: bool) -> Bund
     for d in docs:
         if d["kind"] == "CriticalService" and replay:
             d["spec"]["replayDeletion"] = "WhenTearingDown"
+        if d["kind"] == "CriticalService" and CROSSPLANE_ORDER.is_set():
+            # Crossplane's order: the provider waits for its CRs' finalizer only, not for their CRD to be gone.
+            d["spec"]["criteria"] = [c for c in d["spec"]["criteria"] if c["type"] != "SpecificResource"]
         if root is not None:
             d["metadata"]["ownerReferences"] = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                                                  "name": root, "uid": uid, "blockOwnerDeletion": True}]
@@ -790,10 +795,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=1, help="teardowns per case (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (last line)")
     parser.add_argument("--no-slow", action="store_true", help="skip the slow-finalizer table")
+    parser.add_argument("--crossplane-order", action="store_true",
+                        help="the reference story without its criterion on the CRD (the provider waits for its "
+                             "CRs only, as a Crossplane provider); the ideals keep the safety check's order")
     parser.add_argument("--only", action="append", default=[], metavar="DELETER",
                         choices=sorted({d for d, _ in CASES}),
                         help="measure just this deleter (repeatable; the ideal always runs)")
     args = parser.parse_args(argv)
+    if args.crossplane_order:
+        CROSSPLANE_ORDER.set()
     result = run(args.runs, tuple(args.only), slow=not args.no_slow)
     if "skipped" in result:
         print(f"real control plane: skipped ({result['skipped']})")
