@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 # Modules here that are helpers, not benchmarks.
-NOT_BENCHMARKS = frozenset({"report", "replay_real", "replay_cases"})  # replay_real: `replay --real`
+NOT_BENCHMARKS = frozenset({"report", "replay_real", "replay_cases", "ideal"})  # replay_real: `replay --real`
 # Run by name only, never by `all`: peers builds other projects and starts a control plane per tool;
 # realscale loads 110,000 objects into a control plane of its own (~25 minutes).
 BY_NAME_ONLY = frozenset({"peers", "realscale"})

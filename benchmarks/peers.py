@@ -23,8 +23,10 @@ not expressible in it, with the reason):
   tests/realcluster/manifestwork.py: one sorted pass, refusals dropped, the garbage collector finishing;
   with what the agent's DELETEs got and how it read them): whether it completes,
   whether it came apart in a safe order (no finalizer's controller gone while a CR that needs it was
-  still there), its time against the ideal (the same story deleted phase by phase, in a safe order,
-  with no webhook), and how many requests the webhooks refused (apiserver_admission_webhook_rejection_count);
+  still there), its time against the tool-neutral ideal (benchmarks/ideal.py `neutral`: each DELETE sent
+  the moment the safe order allows it, the CRD once its instances are gone, with no webhook; every tool timed
+  on the same objects, the story's workload), and how many requests the webhooks refused
+  (apiserver_admission_webhook_rejection_count);
 - the resident memory (VmRSS, VmHWM) of the tool's process after all that; then DELETE latency through
   kube-apiserver of objects nothing protects (Deployments with 0 replicas), at 1 and 8 concurrent
   deleters, with the tool and with no webhook at all, in alternating rounds (`Webhooks`).
@@ -53,6 +55,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +63,8 @@ from typing import Any
 
 import attrs
 import yaml
+
+from benchmarks import ideal
 
 HERE = Path(__file__).resolve().parent
 MODULES = HERE / "peers"
@@ -885,9 +890,9 @@ SCENARIOS: dict[str, Callable[[Tool, Env], list[dict[str, Any]]]] = {
 # --- teardowns ---------------------------------------------------------------------------------------
 
 def _story_paths(tool: Tool, story: Any, mode: str) -> dict[str, str]:
-    paths = story.paths()
-    if tool.name != "criticalsvc":
-        paths = {k: v for k, v in paths.items() if not k.startswith("CriticalService/")}
+    # The same objects for every tool (benchmarks/ideal.py `counted`): the story's workload, not the tool's own
+    # objects (a CriticalService, a Usage, a policy).
+    paths = ideal.counted(story.paths())
     if mode == "namespace":  # what deleting the namespaces (and the CRD, cluster-scoped) removes
         paths = {k: v for k, v in paths.items()
                  if "/namespaces/" in v or k.startswith(("Namespace/", "CustomResourceDefinition/"))}
@@ -918,14 +923,9 @@ def teardown(tool: Tool, env: Env, mode: str) -> dict[str, Any]:
         if mode == "namespace":
             env.kubectl("delete", f"namespace/{story.namespace}", f"namespace/{story.cr_namespace}",
                         f"customresourcedefinition/{story.crd_name}", "--wait=false")
-        elif mode == "ideal":  # phase by phase, in the safe order, waiting for each phase to be gone
-            for kind_prefix in ("CoolResource/", "CustomResourceDefinition/", "Deployment/", "Namespace/",
-                                "CriticalService/"):
-                phase = {k: v for k, v in paths.items() if k.startswith(kind_prefix)}
-                for path in phase.values():
-                    env.client.delete(path)
-                _wait(lambda ph=phase: not any(env.client.exists(p) for p in ph.values()),
-                      TEARDOWN_TIMEOUT)
+        elif mode == "ideal":  # the tool-neutral ideal: each DELETE the moment the safe order allows it
+            ideal.run_order(env.client, paths, ideal.neutral(paths, story.dependents()),
+                            stopping=threading.Event(), timeout=TEARDOWN_TIMEOUT)
         deadline = started + TEARDOWN_TIMEOUT
         passes = 0
         while time.monotonic() < deadline:

@@ -11,8 +11,9 @@ another's leftovers; the provider's finalizer work is a FinalizerController thre
 
 The deleters are the simulator's (criticalsvc/sim/clients.py), played for real:
 
-    ideal          every 50 ms a server-side dry-run DELETE of each object left; the real DELETE the
-                   moment a dry run passes (the oracle: its teardown time is the critical path)
+    ideal          the tool-neutral ideal (benchmarks/ideal.py `neutral`): each DELETE the moment the safe
+                   order allows it, the CRD once its instances are gone; ideal-one-pass, ideal-namespaces and
+                   ideal-flux are the deleters' own orders (`own_ideal`), run when a case needs them
     kubectl        `kubectl delete -f - --ignore-not-found --wait=false`, once
     kubectl-rerun  the same, re-run 30 s after each run that did not exit 0
     manifestwork   the Open Cluster Management work agent's deletion path (tests/realcluster/manifestwork.py,
@@ -38,9 +39,12 @@ and within QUIET they would have. The garbage collector never counts as done (it
 Refusals are the 403 answers the deleter got; for gc and manifestwork, the gate's log lines for refused
 DELETEs of the story's objects by anyone but the gate itself (the garbage collector's too;
 tests/realcluster runs it with the admin's credentials, so its user does not tell it apart). Replays
-are the gate's "deletion replayed" log lines for the story's objects. The ideal is measured once per
+are the gate's "deletion replayed" log lines for the story's objects. The ideals are measured once per
 run (on the story without an owner, as the gc bundle's ideal too: the root goes the moment its
-dependents are gone) and each case's ratio divides by the ideal of its run. For manifestwork the
+dependents are gone) and each case's ratio divides by the ideal of its run. The main table (`ideal_table`)
+times every case on the same objects (benchmarks/ideal.py `counted`, the workload) against the neutral
+ideal and its own order's, and everything (the tool's records too) against its own order's; the `rows`
+of the JSON keep the former columns (everything gone against the neutral ideal's everything gone). For manifestwork the
 makespan runs from the user's DELETE of the ManifestWork until the story, the ManifestWork and the
 AppliedManifestWork are gone; its rows also give "stack gone" (the last object of the story seen gone,
 against the same ideal) beside it, since the agent's own wait for what it deleted (50 ms doubling to
@@ -72,6 +76,7 @@ import attrs
 import httpx
 import yaml
 
+from benchmarks import ideal
 from benchmarks.replay_cases import CASES, ROOT_OWNER, render
 from criticalsvc.backoff import Backoff
 
@@ -81,7 +86,6 @@ GATE_USERS = "system:serviceaccount:criticalsvc-system:"  # the gate's own DELET
 # The operator's grant (api/examples/replay.yaml) for every story at once. The gate replays only what
 # it refused (provider, its namespace, the CriticalService), never the root owner or the CRD.
 POLL = 0.1  # the observer's round; one round GETs the ~10 objects of a story, itself 20-50 ms here
-IDEAL_INTERVAL = 0.05
 RERUN = 30.0  # kubectl-rerun: the person's patience between runs, as in the simulator
 # After its deleter is done, a teardown that nothing moved for this long is stuck: the slowest steps the
 # controllers take alone here take ~5 s (the CRD's cleanup finalizer polls its instances every 5 s,
@@ -91,6 +95,24 @@ STUCK_CAP = 300.0
 RETRY = Backoff(initial=0.05, maximum=60.0)  # the namespace deleter's requeue of a refused deletion
 SLOW_REAL = 15.0  # the slow-finalizer table: seconds from a CR's deletion until its finalizer is removed
 SLOW_CASES = (("manifestwork", False), ("manifestwork", True))
+# --crossplane-order: every story's CriticalService without its SpecificResource criterion on the CRD.
+CROSSPLANE_ORDER = threading.Event()
+# The ideals (benchmarks/ideal.py): "ideal" is the tool-neutral one; the others are a deleter's own order.
+IDEALS: dict[str, Callable[..., ideal.Order]] = {
+    "ideal": ideal.neutral, "ideal-one-pass": ideal.one_pass, "ideal-foreground": ideal.one_pass,
+    "ideal-namespaces": ideal.namespaces, "ideal-flux": ideal.one_pass}
+
+
+def own_ideal(deleter: str, replay: bool) -> str:
+    """The ideal of a deleter's own order: what it would take sending its own DELETEs the moment each is allowed.
+    kubectl, the ManifestWork agent and the garbage collector's root deletion mark everything (the CRD too) at
+    once; the namespace deleter sends only the namespaces and what lies outside them; Flux sends its passes on its
+    rate limiter's grid, which replay lifts for the stack (the gate re-sends what a pass had refused)."""
+    if deleter == "namespace":
+        return "ideal-namespaces"
+    if deleter == "flux" and not replay:
+        return "ideal-flux"
+    return "ideal-one-pass"
 
 
 # --- deleters -------------------------------------------------------------------------------------------
@@ -129,30 +151,25 @@ class Deleter(threading.Thread):
         return response
 
 
-class IdealDeleter(Deleter):
-    """Deletes each object the moment a server-side dry run says the gate allows it, with `propagation`:
-    the yardstick for a deleter that uses the same policy (on a real API server Foreground costs time of
-    its own - a CR deleted Foreground waits for the garbage collector to drop `foregroundDeletion` -
-    which no ordering can save, so a Foreground deleter is measured against a Foreground ideal)."""
+class OrderDeleter(Deleter):
+    """An ideal (benchmarks/ideal.py `Order`) played by `run_order` with `propagation`: each DELETE sent the moment
+    its order allows it. On a real API server Foreground costs time of its own (a CR deleted Foreground waits for
+    the garbage collector to drop `foregroundDeletion`), which no ordering can save."""
 
-    def __init__(self, client: Any, paths: dict[str, str], *, propagation: str = "Background") -> None:
-        super().__init__("ideal")
-        self.client, self.paths, self.propagation = client, paths, propagation
+    def __init__(self, client: Any, paths: dict[str, str], order: ideal.Order, *, propagation: str = "Background",
+                 grid: tuple[float, ...] = ()) -> None:
+        super().__init__(f"ideal-{order.name}")
+        self.client, self.paths, self.order, self.propagation, self.grid = client, paths, order, propagation, grid
+        self.timeline: ideal.Timeline | None = None
 
     def work(self) -> None:
-        pending = dict(self.paths)
-        while pending and not self.stopping.is_set():
-            for key, path in list(pending.items()):
-                try:
-                    # 404: gone, or a CR whose CRD is gone (answered "404 page not found").
-                    allowed = self.client.delete(path, params={"dryRun": "All"}).status_code
-                    options = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": self.propagation}
-                    if allowed == 404 or (allowed < 300 and
-                                          self._send_delete(self.client, path, body=options).status_code < 300):
-                        del pending[key]
-                except httpx.HTTPError:
-                    continue
-            self.stopping.wait(IDEAL_INTERVAL)
+        def first(at: float) -> None:
+            self.first_delete = at
+
+        self.timeline = ideal.run_order(self.client, self.paths, self.order, stopping=self.stopping,
+                                        timeout=STUCK_CAP, propagation=self.propagation, grid=self.grid,
+                                        on_first_delete=first)
+        self.refusals = self.timeline.refusals
         self.done = True
 
 
@@ -319,6 +336,9 @@ def make_bundle(cluster: Any, suffix: str, *, replay: bool, owned: bool) -> Bund
     for d in docs:
         if d["kind"] == "CriticalService" and replay:
             d["spec"]["replayDeletion"] = "WhenTearingDown"
+        if d["kind"] == "CriticalService" and CROSSPLANE_ORDER.is_set():
+            # Crossplane's order: the provider waits for its CRs' finalizer only, not for their CRD to be gone.
+            d["spec"]["criteria"] = [c for c in d["spec"]["criteria"] if c["type"] != "SpecificResource"]
         if root is not None:
             d["metadata"]["ownerReferences"] = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                                                  "name": root, "uid": uid, "blockOwnerDeletion": True}]
@@ -346,6 +366,9 @@ class Outcome:
     # The refused DELETEs in the gate's log order, as `resource/name` without the case's suffix (gc, manifestwork
     # and flux, whose refusals only the gate's log shows): what the simulator's timeline is compared with.
     refused: tuple[str, ...] = ()
+    # When the last of the objects every tool is timed on was seen gone (benchmarks/ideal.py `counted`).
+    workload_gone: float | None = None
+    timeline: Any = None  # an ideal's: benchmarks/ideal.py Timeline
 
 
 class GateLog:
@@ -479,8 +502,10 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
     if why:
         return Outcome(False, None, refusals, replayed, why, gone, refused=tuple(refused))
     stack = last_gone(gone_at, story.paths()) - deleter.first_delete
+    workload = last_gone(gone_at, ideal.counted(story.paths())) - deleter.first_delete
     return Outcome(True, max(gone_at.values()) - deleter.first_delete, refusals, replayed, gone=gone,
-                   stack_gone=stack, refused=tuple(refused))
+                   stack_gone=stack, refused=tuple(refused), workload_gone=workload,
+                   timeline=getattr(deleter, "timeline", None))
 
 
 def last_gone(gone_at: dict[str, float], keys: Iterable[str]) -> float:
@@ -542,9 +567,11 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
                  what=f"{story.critical_service}: ReplayPermitted=True")
     client = cluster.admin
     running: Deleter
-    if deleter in ("ideal", "ideal-foreground"):
-        running = IdealDeleter(client, story.paths(),
-                               propagation="Foreground" if deleter == "ideal-foreground" else "Background")
+    if deleter in IDEALS:
+        order = IDEALS[deleter](story.paths(), story.dependents())
+        running = OrderDeleter(client, story.paths(), order,
+                               propagation="Foreground" if deleter == "ideal-foreground" else "Background",
+                               grid=ideal.flux_passes() if deleter == "ideal-flux" else ())
     elif deleter in ("kubectl", "kubectl-rerun"):
         running = KubectlDeleter(cluster.kubectl, story.text, repeat=RERUN if deleter == "kubectl-rerun" else None)
     elif deleter == "manifestwork":
@@ -561,12 +588,12 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
 
 
 # --- the table -----------------------------------------------------------------------------------------
-def run(runs: int = 1, only: tuple[str, ...] = ()) -> dict[str, Any]:
+def run(runs: int = 1, only: tuple[str, ...] = (), *, slow: bool = True) -> dict[str, Any]:
     """Every case of benchmarks/replay.py `runs` times on one real control plane; rows as its sim_table's.
     `only`: just those deleters (and the ideal each ratio needs); the slow-finalizer table only if one of
     its cases is among them."""
     cases = [c for c in CASES if not only or c[0] in only]
-    slow_cases = [c for c in SLOW_CASES if not only or c[0] in only]
+    slow_cases = [c for c in SLOW_CASES if slow and (not only or c[0] in only)]
     from tests.realcluster import build
     from tests.realcluster.cluster import real_cluster
 
@@ -577,6 +604,7 @@ def run(runs: int = 1, only: tuple[str, ...] = ()) -> dict[str, Any]:
     ideal: list[float] = []
     ideal_slow: list[float] = []
     ideal_outcomes: list[Outcome] = []
+    runs_ideals: list[dict[str, Outcome]] = []
     outcomes: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in cases}
     slow: dict[tuple[str, bool], list[Outcome]] = {case: [] for case in slow_cases}
     with contextlib.ExitStack() as running:
@@ -596,13 +624,20 @@ def run(runs: int = 1, only: tuple[str, ...] = ()) -> dict[str, Any]:
             raise AssertionError(f"applying the replay grant: {done.stderr}")
         ManifestWorkAgent(cluster.admin).install_crds(cluster.kubectl, [p.read_text() for p in ocmcrds.ensure_crds()])
         log = GateLog(cluster.gate.replicas[0].process.log_path)
+        needed = ["ideal", *sorted({own_ideal(d, r) for d, r in cases} | {record_ideal(d, r) for d, r in cases}
+                                     - {"ideal"})]
         for r in range(runs):
-            base = run_case(cluster, log, "ideal", replay=False, suffix=f"ideal-{r}")
-            if base.makespan is None:
-                raise AssertionError(f"the ideal teardown did not complete: {base.why}")
+            ideals: dict[str, Outcome] = {}
+            for name in needed:
+                base = run_case(cluster, log, name, replay=False, suffix=f"{name}-{r}")
+                if base.makespan is None:
+                    raise AssertionError(f"the {name} teardown did not complete: {base.why}")
+                ideals[name] = base
+                _progress(f"run {r + 1}/{runs} {name}", base, base.makespan)
+            base = ideals["ideal"]
             ideal.append(base.makespan)
             ideal_outcomes.append(base)
-            _progress(f"run {r + 1}/{runs} ideal", base, base.makespan)
+            runs_ideals.append(ideals)
             for deleter, replay in cases:
                 outcome = run_case(cluster, log, deleter, replay=replay, flux_server=flux_server,
                                    suffix=f"{deleter}-{'on' if replay else 'off'}-{r}")
@@ -630,9 +665,71 @@ def run(runs: int = 1, only: tuple[str, ...] = ()) -> dict[str, Any]:
         ({"stuck": o.why} if o.why else {}) | {"goneAfter": o.gone} for o in slow[d, r]] for d, r in slow_cases}
     rows = [_row(case, outcomes[case], ideal) for case in cases]
     slow_rows = [_row(case, slow[case], ideal_slow) for case in slow_cases]
-    return {"kubernetes": binaries.kubernetes_version, "rows": rows, "slowRows": slow_rows,
+    ideal_rows = [ideal_row(case, outcomes[case], runs_ideals) for case in cases]
+    ideals_seen = [{name: {"goneAfter": o.gone, "workloadSeconds": _round(o.workload_gone),
+                           "allGoneSeconds": _round(o.makespan), "refusals": o.refusals,
+                           "sentAfter": ({k: round(t, 2) for k, t in sorted(o.timeline.sent.items(),
+                                                                            key=lambda kv: kv[1])}
+                                         if o.timeline else {}),
+                           "passes": [round(t, 2) for t in o.timeline.passes] if o.timeline else []}
+                    for name, o in run_ideals.items()} for run_ideals in runs_ideals]
+    return {"kubernetes": binaries.kubernetes_version, "rows": rows, "idealRows": ideal_rows, "slowRows": slow_rows,
             "slowFinalizerSeconds": SLOW_REAL, "ideal": [{"goneAfter": o.gone} for o in ideal_outcomes],
-            "cases": details}
+            "ideals": ideals_seen, "cases": details}
+
+
+def record_ideal(deleter: str, replay: bool) -> str:
+    """The ideal of a deleter's own order for when its own record can go: Flux's Kustomization waits for the first
+    pass with nothing refused, on its grid with or without replay; for the others, as `own_ideal`."""
+    return "ideal-flux" if deleter == "flux" else own_ideal(deleter, replay)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def ideal_row(case: tuple[str, bool], outcomes: list[Outcome], ideals: list[dict[str, Outcome]]) -> dict[str, Any]:
+    """A case against the tool-neutral ideal and against its own order's ideal, each of its own run: the workload
+    (benchmarks/ideal.py `counted`) gone, and everything gone (the tool's records too, the CriticalService)."""
+    deleter, replay = case
+    own, record = own_ideal(deleter, replay), record_ideal(deleter, replay)
+    row: dict[str, Any] = {"deleter": deleter, "replay": replay, "seeds": len(outcomes),
+                           "completed": sum(o.completed for o in outcomes), "ownIdeal": own, "recordIdeal": record,
+                           "refusals": round(statistics.mean(o.refusals for o in outcomes), 1),
+                           "replayed": round(statistics.mean(o.replayed for o in outcomes), 1)}
+    pairs = list(zip(outcomes, ideals, strict=True))
+    if any(o.workload_gone is None or o.makespan is None for o in outcomes):
+        return row
+
+    def mean(xs: Iterable[float]) -> float:
+        return round(statistics.mean(xs), 3)
+
+    row |= {"workloadSeconds": mean(o.workload_gone or 0.0 for o in outcomes),
+            "neutralSeconds": mean(i["ideal"].workload_gone or 0.0 for i in ideals),
+            "ownSeconds": mean(i[own].workload_gone or 0.0 for i in ideals),
+            "ratioNeutral": mean((o.workload_gone or 0.0) / (i["ideal"].workload_gone or 1.0) for o, i in pairs),
+            "ratioOwn": mean((o.workload_gone or 0.0) / (i[own].workload_gone or 1.0) for o, i in pairs),
+            "allGoneSeconds": mean(o.makespan or 0.0 for o in outcomes),
+            "recordIdealSeconds": mean(i[record].makespan or 0.0 for i in ideals),
+            "ratioAllOwn": mean((o.makespan or 0.0) / (i[record].makespan or 1.0) for o, i in pairs)}
+    return row
+
+
+def ideal_table(rows: list[dict[str, Any]], title: str) -> str:
+    """Each case against the neutral ideal and against its own order's ideal (benchmarks/ideal.py)."""
+    out = [title, f"{'deleter':<13} {'replay':<6} {'done':>4} {'workload s':>10} {'neutral s':>9} {'x neutral':>9} "
+                  f"{'own ideal':<17} {'own s':>6} {'x own':>6} {'all gone s':>10} {'own s':>6} {'x own':>6} "
+                  f"{'refused':>7} {'replayed':>8}"]
+    for r in rows:
+        done = f"{r['completed']}/{r['seeds']}"
+        if "workloadSeconds" not in r:
+            out.append(f"{r['deleter']:<13} {'on' if r['replay'] else 'off':<6} {done:>4} {'stuck':>10}")
+            continue
+        out.append(f"{r['deleter']:<13} {'on' if r['replay'] else 'off':<6} {done:>4} {r['workloadSeconds']:>10.2f} "
+                   f"{r['neutralSeconds']:>9.2f} {r['ratioNeutral']:>9.3f} {r['ownIdeal']:<17} {r['ownSeconds']:>6.2f} "
+                   f"{r['ratioOwn']:>6.3f} {r['allGoneSeconds']:>10.2f} {r['recordIdealSeconds']:>6.2f} "
+                   f"{r['ratioAllOwn']:>6.3f} {r['refusals']:>7} {r['replayed']:>8}")
+    return "\n".join(out)
 
 
 def _row(case: tuple[str, bool], outcomes: list[Outcome], ideal: list[float]) -> dict[str, Any]:
@@ -697,15 +794,22 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks replay_real", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1, help="teardowns per case (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (last line)")
+    parser.add_argument("--no-slow", action="store_true", help="skip the slow-finalizer table")
+    parser.add_argument("--crossplane-order", action="store_true",
+                        help="the reference story without its criterion on the CRD (the provider waits for its "
+                             "CRs only, as a Crossplane provider); the ideals keep the safety check's order")
     parser.add_argument("--only", action="append", default=[], metavar="DELETER",
                         choices=sorted({d for d, _ in CASES}),
                         help="measure just this deleter (repeatable; the ideal always runs)")
     args = parser.parse_args(argv)
-    result = run(args.runs, tuple(args.only))
+    if args.crossplane_order:
+        CROSSPLANE_ORDER.set()
+    result = run(args.runs, tuple(args.only), slow=not args.no_slow)
     if "skipped" in result:
         print(f"real control plane: skipped ({result['skipped']})")
     else:
-        print(render(result["rows"], "Real control plane (wall time), reference story:"))
+        print(ideal_table(result["idealRows"], "Real control plane (wall time), reference story, against the neutral "
+                                               "ideal and the deleter's own order's (benchmarks/ideal.py):"))
         if result["slowRows"]:
             print(render(result["slowRows"], f"The same, a slow finalizer ({SLOW_REAL:g} s per CR):"))
         print_stack_tables(result)
