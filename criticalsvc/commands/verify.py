@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
     factory = functools.partial(Cluster, gate=not args.no_gate)  # a partial pickles: the workers get it
 
     def progress(report: Report) -> None:
-        if not args.quiet and report.configurations % 200 == 0:
-            print(f"  {report.configurations} configurations, {report.runs} interleavings, "
+        if not args.quiet and report.done % 200 == 0:
+            print(f"  {report.done} of {report.configurations} configurations, {report.runs} interleavings, "
                   f"{len(report.findings)} finding(s) so far", file=sys.stderr)
 
     report = explore(bound, limit=args.limit, deleters=args.deleter or DELETERS, cluster_factory=factory,

@@ -166,6 +166,7 @@ class Report:
     bound: Bound
     deleters: tuple[str, ...] = DELETERS
     configurations: int = 0  # enumerated
+    done: int = 0  # of which decided (refused, or every teardown run)
     refused: int = 0  # not admitted (a CREATE closed a cycle): not run
     inferred: int = 0  # of which refused because a smaller configuration inside them was (not simulated)
     runs: int = 0  # teardowns simulated (configuration x deleter x replay x interleaving)
@@ -292,6 +293,7 @@ def explore(bound: Bound, *, limit: int | None = 5000, deleters: Sequence[str] =
                     refused.add(config)
                     report.refused += 1
                     report.inferred += 1
+                    report.done += 1
                 else:
                     todo.append(config)
             answers = pool.imap_unordered(_work, todo, chunksize=4) if pool is not None else map(_work, todo)
@@ -299,6 +301,7 @@ def explore(bound: Bound, *, limit: int | None = 5000, deleters: Sequence[str] =
                 if one.refusal is not None:
                     refused.add(config)
                     report.refused += 1
+                report.done += 1
                 report.add(one)
                 if progress is not None:
                     progress(report)
