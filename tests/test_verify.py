@@ -175,6 +175,9 @@ def test_the_bound_is_what_it_says():
     """The large bound: 63 single and 2016 pairs of CriticalServices, each with and without the label."""
     assert sum(1 for _ in configurations(parse_bound("large"))) == 2 * (63 + 63 * 64 // 2)
     assert parse_bound("large,depth=3").depth == 3 and parse_bound("ci").services == 1
+    only = list(configurations(parse_bound("large,protected=only")))
+    assert all(c.protected for c in only) and {c.services for c in only} == {
+        c.services for c in configurations(parse_bound("large"))}
 
 
 def test_a_finding_replays_from_its_bundle(tmp_path, capsys):
