@@ -125,9 +125,8 @@ def run_one(config: Configuration, path: Path, *, deleter: str, replay: bool,
     verdict = cluster.run()
     refused = {r for c in cluster.clients for r in c.refused}
     oracle.judge(verdict, deleter=deleter, replay=replay, refused=refused)
-    violations = tuple(oracle.violations)
     trace = hash(tuple((e.actor, e.verb, str(e.ref), e.outcome) for e in cluster.timeline.events))
-    return Run(config, deleter, replay, tuple(order), tuple(path.taken[file_choices:]), tuple(violations),
+    return Run(config, deleter, replay, tuple(order), tuple(path.taken[file_choices:]), tuple(oracle.violations),
                verdict.completed, trace)
 
 
