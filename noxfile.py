@@ -60,7 +60,7 @@ def explore(session: nox.Session) -> None:
     the `ci` and `ci-pairs` bounds in tests/test_verify.py. `-- --bound large,depth=2` (or any bound) to go further; minimized
     bundles of what it finds go to verify-findings/. Exit 1 when something is found."""
     _install(session)
-    args = session.posargs or ["--bound", "large"]
+    args = session.posargs or ["--bound", "large", "--jobs", "2"]
     session.run("criticalsvc", "verify", *args)
 
 

@@ -14,17 +14,19 @@ and the counterexamples it found, which are now refused at CREATE or documented 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from criticalsvc import graph
 from criticalsvc.cli import main
 from criticalsvc.sim.cluster import Cluster
 from criticalsvc.verify.configurations import BOUNDS, Bound, Configuration, Service, configurations, parse_bound
-from criticalsvc.verify.explorer import DELETERS, explore, family, run_one
+from criticalsvc.verify.explorer import DELETERS, admitted, explore, family, run_one
 from criticalsvc.verify.interleavings import ChoiceRandom, paths
 from criticalsvc.verify.interleavings import Path as ChoicePath
 
@@ -51,6 +53,33 @@ def test_the_ci_pairs_bound_finds_nothing():
     assert report.findings == {}, "\n".join(f"{k}: {f.minimal.violations}" for k, f in report.findings.items())
     assert (report.configurations, report.refused) == (230, 118), report.summary()
     assert report.runs == 112 * len(DELETERS) * 2
+
+
+def test_the_ci_triples_bound_finds_nothing_and_refuses_what_the_gate_refuses():
+    """Every admitted set of up to three CriticalServices over three providers and three criteria (cycles of three,
+    two services in one namespace), torn down every way, canonical interleaving. It refuses exactly what the gate
+    refuses when each configuration is created, although most refusals are inferred from a refused part."""
+    report = explore(BOUNDS["ci-triples"])
+    assert report.findings == {}, "\n".join(f"{k}: {f.minimal.violations}" for k, f in report.findings.items())
+    everything = list(configurations(BOUNDS["ci-triples"]))
+    refused = {c for c in everything if admitted(c) is not None}  # each created through the gate, none inferred
+    assert (report.configurations, report.refused) == (len(everything), len(refused)), report.summary()
+    assert report.runs == (len(everything) - len(refused)) * len(DELETERS) * 2, report.summary()
+    # The inference: a configuration with a refused part one CriticalService smaller (most of the triples).
+    inferred = [c for c in everything if any(Configuration(c.services[:i] + c.services[i + 1:]) in refused
+                                             for i in range(len(c.services)))]
+    assert len(inferred) == report.inferred > len(everything) // 2, report.summary()
+    assert sum(len(c.services) == 3 for c in everything) == 165  # 9 services: 165 multisets of three
+
+
+def test_the_processes_change_nothing_but_the_time():
+    """--jobs 2 finds what one process finds, in the same order, with the same counts (the negative control without the
+    gate, which finds something)."""
+    bound = Bound(services=1, criteria=1, providers=("deploy",), criteria_menu=("finalizer", "deploy"), depth=0)
+    factory = functools.partial(Cluster, gate=False)
+    one, two = (explore(bound, deleters=("flux",), cluster_factory=factory, jobs=j) for j in (1, 2))
+    assert one.findings and list(one.findings) == list(two.findings)
+    assert attrs.evolve(one, seconds=0, jobs=0, findings={}) == attrs.evolve(two, seconds=0, jobs=0, findings={})
 
 
 def _without_crd_edges(cs: Any, state: Any) -> Any:
@@ -146,6 +175,9 @@ def test_the_bound_is_what_it_says():
     """The large bound: 63 single and 2016 pairs of CriticalServices, each with and without the label."""
     assert sum(1 for _ in configurations(parse_bound("large"))) == 2 * (63 + 63 * 64 // 2)
     assert parse_bound("large,depth=3").depth == 3 and parse_bound("ci").services == 1
+    only = list(configurations(parse_bound("large,protected=only")))
+    assert all(c.protected for c in only) and {c.services for c in only} == {
+        c.services for c in configurations(parse_bound("large"))}
 
 
 def test_a_finding_replays_from_its_bundle(tmp_path, capsys):

@@ -12,6 +12,7 @@ Exit codes: 0 nothing found, 1 violations found (each printed, its bundle writte
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,9 @@ def register(sub: Any) -> None:
                         "found)")
     p.add_argument("--no-gate", action="store_true",
                    help="the negative control: the same search without the gate (everything is admitted)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="processes to spread the configurations over (default 1; the counts and findings do not "
+                        "depend on it)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(run=run)
 
@@ -48,16 +52,17 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise InvalidInput("--limit", f"{args.limit}: expected a positive number of interleavings")
 
-    def factory(**kw: Any) -> Cluster:
-        return Cluster(gate=not args.no_gate, **kw)
+    if args.jobs < 1:
+        raise InvalidInput("--jobs", f"{args.jobs}: expected a positive number of processes")
+    factory = functools.partial(Cluster, gate=not args.no_gate)  # a partial pickles: the workers get it
 
     def progress(report: Report) -> None:
-        if not args.quiet and report.configurations % 200 == 0:
-            print(f"  {report.configurations} configurations, {report.runs} interleavings, "
+        if not args.quiet and report.done % 200 == 0:
+            print(f"  {report.done} of {report.configurations} configurations, {report.runs} interleavings, "
                   f"{len(report.findings)} finding(s) so far", file=sys.stderr)
 
     report = explore(bound, limit=args.limit, deleters=args.deleter or DELETERS, cluster_factory=factory,
-                     progress=progress)
+                     progress=progress, jobs=args.jobs)
     out = Path(args.out)
     print(report.summary())
     for n, finding in enumerate(report.findings.values(), 1):

@@ -13,11 +13,15 @@ Deleters (DELETERS): `kubectl` (one pass in file order, no retry; the file order
 points, so every order a user may write is explored), `kubectl-repeat` (re-run every 30 s), `namespace`
 (the bundle's namespaces and what lies outside them, retried; the namespace controller empties them),
 `manifestwork` (the OCM agent's one sorted pass; the garbage collector retries what it was refused) and
-`gc` (a ClusterRole owning everything is deleted; the garbage collector deletes the rest, retrying).
+`gc` (a ClusterRole owning everything is deleted; the garbage collector deletes the rest, retrying) and `flux`
+(Flux's kustomize-controller finalizing a deleted Kustomization whose inventory is the bundle: every object each
+pass in ssa's reverse apply order, the whole pass repeated on its rate limiter after a refusal; deletionPolicy
+MirrorPrune, criticalsvc/sim/clients.py FluxKustomization).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -42,10 +46,10 @@ from .configurations import (
 from .interleavings import ChoiceRandom, Path, paths, render
 from .oracle import Oracle, Violation
 
-DELETERS = ("kubectl", "kubectl-repeat", "namespace", "manifestwork", "gc")
+DELETERS = ("kubectl", "kubectl-repeat", "namespace", "manifestwork", "gc", "flux")
 REPEAT = 30.0  # kubectl-repeat: a person re-running `kubectl delete -f` every 30 s
 CLIENT = {"kubectl": "kubectl", "kubectl-repeat": "kubectl", "namespace": "namespace", "manifestwork": "manifestwork",
-          "gc": "gc-background"}
+          "gc": "gc-background", "flux": "flux"}
 
 
 def inert_types(store: Store) -> Callable[[Any], bool]:
@@ -159,23 +163,36 @@ def _short(text: str, limit: int = 150) -> str:
 @attrs.define
 class Report:
     bound: Bound
+    deleters: tuple[str, ...] = DELETERS
     configurations: int = 0  # enumerated
+    done: int = 0  # of which decided (refused, or every teardown run)
     refused: int = 0  # not admitted (a CREATE closed a cycle): not run
-    runs: int = 0  # teardowns (configuration x deleter x replay x interleaving)
-    distinct: int = 0  # of which distinct traces (the store's event sequence)
+    inferred: int = 0  # of which refused because a smaller configuration inside them was (not simulated)
+    runs: int = 0  # teardowns simulated (configuration x deleter x replay x interleaving)
+    distinct: int = 0  # of the simulated ones, distinct traces (the store's event sequence), per family
     truncated: int = 0  # run families whose tree within the depth was cut at `limit`
     seconds: float = 0.0
+    jobs: int = 1
     findings: dict[tuple[str, bool, str, str], Finding] = attrs.field(factory=dict)
 
     def summary(self) -> str:
         admitted = self.configurations - self.refused
+        families = admitted * len(self.deleters) * 2
         return (f"bound: {self.bound.describe()}\n"
-                f"{self.configurations} configurations enumerated, {self.refused} refused at CREATE, {admitted} "
-                f"admitted; {admitted} x {len(DELETERS)} deleters x 2 replay modes = {admitted * len(DELETERS) * 2} "
-                f"teardown families; {self.runs} interleavings run ({self.distinct} distinct traces"
+                f"{self.configurations} configurations enumerated, {self.refused} refused at CREATE "
+                f"({self.inferred} of them inferred from a refused part), {admitted} admitted; {admitted} x "
+                f"{len(self.deleters)} deleters x 2 replay modes = {families} teardown families; "
+                f"{self.runs} interleavings run ({self.distinct} distinct traces"
                 f"{f', {self.truncated} families cut at the limit' if self.truncated else ''}) "
-                f"in {self.seconds:.1f} s; "
+                f"in {self.seconds:.1f} s on {self.jobs} process(es); "
                 f"{len(self.findings)} distinct minimized violation(s)")
+
+    def add(self, one: _One) -> None:
+        self.runs += one.runs
+        self.distinct += one.distinct
+        self.truncated += one.truncated
+        for finding in one.findings:
+            self.findings.setdefault(finding.key, finding)
 
 
 def family(config: Configuration, *, deleter: str, replay: bool, depth: int, limit: int | None = None,
@@ -186,39 +203,115 @@ def family(config: Configuration, *, deleter: str, replay: bool, depth: int, lim
         yield result
 
 
+@attrs.define
+class _One:
+    """What one configuration's teardowns came to (a worker's answer)."""
+
+    refusal: str | None = None
+    runs: int = 0
+    distinct: int = 0
+    truncated: int = 0
+    findings: list[Finding] = attrs.field(factory=list)
+
+
+def explore_one(config: Configuration, *, depth: int, limit: int | None = 5000, deleters: Sequence[str] = DELETERS,
+                cluster_factory: Callable[..., Cluster] = Cluster,
+                admission: Callable[[Configuration], str | None] | None = None) -> _One:
+    """Admit `config` through the gate and, if admitted, tear it down every way within `depth`."""
+    admission = admission or _Admission(cluster_factory)
+    one = _One(refusal=admission(config))
+    if one.refusal is not None:
+        return one
+    for deleter in deleters:
+        for replay in (False, True):
+            traces: set[int] = set()
+            n = 0
+            for r in family(config, deleter=deleter, replay=replay, depth=depth, limit=limit,
+                            cluster_factory=cluster_factory):
+                n += 1
+                traces.add(r.trace)
+                if r.violations:
+                    minimal = minimize(r, depth=depth, cluster_factory=cluster_factory, admission=admission)
+                    one.findings.append(Finding(r, minimal))
+                    break  # one violating interleaving per family is enough: it is minimized next
+            one.runs += n
+            one.distinct += len(traces)
+            one.truncated += limit is not None and n >= limit
+    return one
+
+
+# A worker's arguments (multiprocessing): set once per process by _init, read by _work.
+_WORKER: dict[str, Any] = {}
+
+
+def _init(depth: int, limit: int | None, deleters: Sequence[str], cluster_factory: Callable[..., Cluster]) -> None:
+    _WORKER.update(depth=depth, limit=limit, deleters=tuple(deleters), cluster_factory=cluster_factory,
+                   admission=_Admission(cluster_factory))
+
+
+def _work(config: Configuration) -> tuple[Configuration, _One]:
+    return config, explore_one(config, **_WORKER)
+
+
+def _parts(config: Configuration) -> Iterator[Configuration]:
+    """The configurations one CriticalService smaller (each a multiset, in canonical order)."""
+    s = config.services
+    for i in range(len(s)):
+        if i == 0 or s[i] != s[i - 1]:
+            yield attrs.evolve(config, services=s[:i] + s[i + 1:])
+
+
 def explore(bound: Bound, *, limit: int | None = 5000, deleters: Sequence[str] = DELETERS,
             cluster_factory: Callable[..., Cluster] = Cluster,
             only: Callable[[Configuration], bool] = lambda _c: True,
-            progress: Callable[[Report], None] | None = None) -> Report:
-    """The whole search; `limit` caps the interleavings of one family (reported when reached)."""
-    report = Report(bound)
+            progress: Callable[[Report], None] | None = None, jobs: int = 1) -> Report:
+    """The whole search; `limit` caps the interleavings of one family (reported when reached).
+
+    Configurations go level by level (1 CriticalService, then 2, ...), each level's across `jobs` processes
+    (the runs are independent: each builds its own simulated cluster; `cluster_factory` must then pickle).
+    **The admission reduction**: a configuration containing a configuration one CriticalService smaller that
+    was refused is refused without a simulation. The cycle check refuses exactly a CREATE that closes a cycle
+    (graph.check_no_cycle), a cycle among some CriticalServices is one among any set containing them, and in
+    whatever order the larger set is created, the CREATE that closes its last edge is refused."""
+    report = Report(bound, deleters=tuple(deleters), jobs=jobs)
     started = time.monotonic()
-    admission = _Admission(cluster_factory)
+    levels: dict[tuple[bool, int], list[Configuration]] = {}
     for config in configurations(bound):
-        if not only(config):
-            continue
-        report.configurations += 1
-        if admission(config) is not None:
-            report.refused += 1
-            continue
-        for deleter in deleters:
-            for replay in (False, True):
-                traces: set[int] = set()
-                n = 0
-                for r in family(config, deleter=deleter, replay=replay, depth=bound.depth, limit=limit,
-                                cluster_factory=cluster_factory):
-                    n += 1
-                    traces.add(r.trace)
-                    if r.violations:
-                        minimal = minimize(r, depth=bound.depth, cluster_factory=cluster_factory, admission=admission)
-                        finding = Finding(r, minimal)
-                        report.findings.setdefault(finding.key, finding)
-                        break  # one violating interleaving per family is enough: it is minimized next
-                report.runs += n
-                report.distinct += len(traces)
-                report.truncated += limit is not None and n >= limit
-        if progress is not None:
-            progress(report)
+        if only(config):
+            levels.setdefault((config.protected, len(config.services)), []).append(config)
+    refused: set[Configuration] = set()
+    pool = multiprocessing.get_context("fork").Pool(
+        jobs, _init, (bound.depth, limit, tuple(deleters), cluster_factory)) if jobs > 1 else None
+    try:
+        _init(bound.depth, limit, deleters, cluster_factory)
+        for key in sorted(levels):
+            todo = []
+            for config in levels[key]:
+                report.configurations += 1
+                if any(part in refused for part in _parts(config)):
+                    refused.add(config)
+                    report.refused += 1
+                    report.inferred += 1
+                    report.done += 1
+                else:
+                    todo.append(config)
+            answers = pool.imap_unordered(_work, todo, chunksize=4) if pool is not None else map(_work, todo)
+            for config, one in answers:
+                if one.refusal is not None:
+                    refused.add(config)
+                    report.refused += 1
+                report.done += 1
+                report.add(one)
+                if progress is not None:
+                    progress(report)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    # Enumeration order (the configuration found in, then the deleter, then replay), whatever the workers' timing.
+    rank = {config: i for i, config in enumerate(c for key in sorted(levels) for c in levels[key])}
+    report.findings = dict(sorted(report.findings.items(), key=lambda kv: (
+        rank.get(kv[1].first.config, -1), list(deleters).index(kv[1].first.deleter), kv[1].first.replay)))
     report.seconds = time.monotonic() - started
     return report
 
@@ -275,4 +368,5 @@ def minimize(found: Run, *, depth: int, cluster_factory: Callable[..., Cluster] 
     return current
 
 
-__all__ = ["DELETERS", "OBJECTS", "Finding", "Report", "Run", "admitted", "explore", "family", "minimize", "run_one"]
+__all__ = ["DELETERS", "OBJECTS", "Finding", "Report", "Run", "admitted", "explore", "explore_one", "family",
+           "minimize", "run_one"]

@@ -38,7 +38,8 @@ PROVIDER_OBJECT = {"deploy": "deploy", "cm": "cm", "widget": "widget", "cm-selec
                    "widget-selector": "widget", "ns-a": "ns-a", "crd": "crd"}
 CRDS = GroupResource("apiextensions.k8s.io", "customresourcedefinitions")
 CRITICAL_SERVICES = GroupResource("criticalsvc.io", "criticalservices")
-RETRYING = frozenset({"kubectl-repeat", "namespace", "manifestwork", "gc"})  # the deleters that retry, or whose GC does
+# The deleters that retry, or whose garbage collector does.
+RETRYING = frozenset({"kubectl-repeat", "namespace", "manifestwork", "gc", "flux"})
 WIDGETS = GroupResource(GROUP, PLURAL)
 
 
