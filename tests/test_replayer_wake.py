@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from kubefakes import FakeAPI, state_with
+from test_replayer import NOW, SERVICE, UID  # the same CriticalService and clock as the replayer tests
 
 from criticalsvc import replay
 from criticalsvc.admission import AdmissionRequest
@@ -35,15 +36,7 @@ BLOCKER = ObjectRef(CONFIGMAPS, "data", "x")
 OBJECT = "/apis/apps/v1/namespaces/op-system/deployments/controller"
 GATE_NAMESPACE = "criticalsvc"
 RECORDS = f"/api/v1/namespaces/{GATE_NAMESPACE}/configmaps"
-NOW = 1_000.0
-UID = "11111111-1111-1111-1111-111111111111"
 HOUR = 3600.0  # the fallback poll: never reached here
-SERVICE = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "op"},
-           "spec": {"replayDeletion": "WhenTearingDown",
-                    "provider": {"group": "apps", "resource": "deployments", "namespace": "op-system",
-                                 "name": "controller"},
-                    "criteria": [{"type": "Resources", "resources": {
-                        "resource": "configmaps", "namespace": "data", "selector": {"matchLabels": {"app": "x"}}}}]}}
 
 
 @pytest.fixture
