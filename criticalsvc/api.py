@@ -35,6 +35,13 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 BREAK_GLASS_ANNOTATION = f"{GROUP}/break-glass"
 DELETION_PROTECTED_LABEL = f"{GROUP}/deletion-protected"
 DELETION_PROTECTED_ALWAYS = "Always"
+# Labels the gate's leader writes on what a CriticalService protects (criticalsvc/protectionlabels.py): the
+# shipped configuration routes a DELETE of anything carrying PROTECTED_LABEL, and an UPDATE of it that removes
+# the label or that UPDATES_HELD_LABEL asks to see, by objectSelector - evaluated on the stored object by every
+# API server alike, so no configuration lag can open a window (design/routing.md).
+PROTECTED_LABEL = f"{GROUP}/protected"
+UPDATES_HELD_LABEL = f"{GROUP}/updates-held"
+LABEL_VALUE = "true"
 # On an object: `criticalsvc.io/replay-deletion: Never` cancels a recorded deletion intent for it and
 # keeps new ones from being recorded (criticalsvc/replay.py).
 REPLAY_DELETION_ANNOTATION = f"{GROUP}/replay-deletion"

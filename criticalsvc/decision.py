@@ -31,6 +31,10 @@
                                   Never held: an object already terminating, an update that only removes
                                   finalizers/ownerReferences or changes status or bookkeeping metadata
                                   (criticalsvc/updates.py), any other subresource (status)
+    UPDATE removing a gate label  criticalsvc.io/protected (or updates-held) stays while a CriticalService
+                                  protects the object: it is what routes the object's DELETE to the gate on
+                                  every API server (criticalsvc/protectionlabels.py); the gate removes it
+                                  itself once nothing protects the object
 
 Wire facts honoured (design/kubernetes-semantics.md §1, §4): `object` is null on DELETE, so everything is read from
 `oldObject`; `name` is "" for items of a deletecollection, so it comes from `oldObject.metadata.name`;
@@ -51,7 +55,7 @@ from typing import Any
 
 import attrs
 
-from . import criteria, nsorder, updates
+from . import criteria, nsorder, protectionlabels, updates
 from .api import (
     BREAK_GLASS_ANNOTATION,
     CRD_NAME,
@@ -109,6 +113,8 @@ class Rule(enum.StrEnum):
     RECREATED_PROVIDER_ORPHANED = "recreated-provider-orphaned"
     # An UPDATE of a CriticalService that changes only spec.recreatedProvider (audited, never routine).
     RECREATED_PROVIDER_INTENT = "recreated-provider-intent"
+    # An UPDATE that would remove a label carrying a CriticalService's protection (protectionlabels.py).
+    PROTECTION_LABEL = "protection-label"
     # Not a decision: the answer to the leader's routing probe (criticalsvc/webhookrouter.py).
     ROUTING_PROBE = "routing-probe"
 
@@ -557,6 +563,10 @@ def _decide_update(request: AdmissionRequest, state: ClusterState) -> Decision:
         return allow(Rule.NOT_GATED)  # an UPDATE always names its object; nothing could protect this one
     gr = state.resolve(request.group_resource) or request.group_resource
     ref = _ref(request, gr, name)
+    if not scale:
+        kept = _protection_label_kept(ref, old, new, state)
+        if kept is not None:
+            return kept
     services = [cs for cs in sorted(state.protecting(ref), key=lambda c: c.name)
                 if cs.hold_updates == HoldUpdates.WHILE_BLOCKING or cs.scale_to_zero == ScaleToZero.DENY_WHILE_BLOCKING]
     if not services:
@@ -586,6 +596,29 @@ def _decide_update(request: AdmissionRequest, state: ClusterState) -> Decision:
         holds = any(cs.hold_updates == HoldUpdates.WHILE_BLOCKING for cs in services)
         return allow(Rule.UPDATE_EXEMPT if holds and not changes else Rule.UNPROTECTED)
     return _conclude_update(ref, blocks, _mapping(_metadata_of(new).get("annotations")), scale=scale)
+
+
+def _protection_label_kept(ref: ObjectRef, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
+                           state: ClusterState) -> Decision | None:
+    """A denial when the UPDATE removes (or changes) a gate label some CriticalService still wants on `ref`."""
+    old_labels, new_labels = _mapping(_metadata_of(old).get("labels")), _mapping(_metadata_of(new).get("labels"))
+    removed = [k for k in protectionlabels.GATE_LABELS if k in old_labels and new_labels.get(k) != old_labels[k]]
+    if not removed:
+        return None
+    candidates = list(state.protecting(ref, {str(k): str(v) for k, v in old_labels.items()}))
+    if ref.group_resource == NAMESPACES:
+        candidates += state.hosted_in(ref.name)
+    if ref.group_resource == CRDS:
+        candidates += _providers_of_type(_instances_of(ref.name), state)
+    keeping = sorted({cs.name for cs in candidates
+                      if set(removed) & protectionlabels.protected_objects(cs, state).get(ref, frozenset())})
+    if not keeping:
+        return None
+    names = ", ".join(keeping[:3]) + (f" (and {len(keeping) - 3} more)" if len(keeping) > 3 else "")
+    return deny(Rule.PROTECTION_LABEL,
+                f"{ref}: the label {removed[0]} may not be removed while CriticalService {names} protects it: it is "
+                "what sends the object's DELETE to the gate on every API server; the gate removes it itself once "
+                "no CriticalService protects the object", protected=True, blocking=tuple(keeping))
 
 
 def _conclude_update(ref: ObjectRef, blocks: list[_UpdateBlock], annotations: Mapping[str, Any], *,

@@ -19,6 +19,9 @@ restarts by incrementing `watch_restarts` (e.g. CacheState's `on_watch_restart` 
     criticalsvc_live_confirmation_failures_total{reason}          timeout | error
     criticalsvc_finalizer_read_seconds{method}                    each fresh read of a Finalizer criterion's
                                                                   objects: list | mirror | watch (caught up)
+    criticalsvc_protection_labels_total{outcome}                  the leader's label writes: added | removed | gone |
+                                                                  failed (criticalsvc/labeller.py)
+    criticalsvc_unlabelled_protected_objects                      protected objects not carrying their labels yet
     criticalsvc_break_glass_total{resource}                       deletions and updates let through by break-glass
     criticalsvc_requests_rejected_total{reason}                   malformed | too-large (body or head) | not-ready
     criticalsvc_decision_errors_total                             unexpected exceptions (answered DENY)
@@ -150,6 +153,13 @@ class Metrics:
             "criticalsvc_broad_routes", "Routes of criticalsvc-providers sent more broadly than they need (a "
             "provider selector without a namespace, or a condition too large to write): each makes the API server "
             "send the gate requests that concern nothing protected.", registry=r)
+        self.protection_labels = Counter(
+            "criticalsvc_protection_labels_total", "Label writes of the leader on protected objects (the labels "
+            "criticalsvc.io/protected and updates-held, which route their DELETEs and UPDATEs on every API server), "
+            "by outcome: added, removed, gone (the object went first), failed.", ["outcome"], registry=r)
+        self.unlabelled_objects = Gauge(
+            "criticalsvc_unlabelled_protected_objects", "Objects some CriticalService protects that do not carry the "
+            "gate's labels yet, as the leader last counted them (0 in a steady state).", registry=r)
         self.webhook_route_syncs = Counter(
             "criticalsvc_webhook_route_syncs_total", "Syncs of the webhook configuration criticalsvc-providers by "
             "the leader, by outcome (unchanged, created, updated, conflict, failed).", ["outcome"], registry=r)

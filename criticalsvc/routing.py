@@ -76,6 +76,8 @@ from .api import (
     DELETION_PROTECTED_ALWAYS,
     DELETION_PROTECTED_LABEL,
     NAMESPACES,
+    PROTECTED_LABEL,
+    UPDATES_HELD_LABEL,
     CriticalService,
     GroupResource,
     HoldUpdates,
@@ -92,6 +94,10 @@ CRDS_WEBHOOK = "provider-crds.gate.criticalsvc.io"
 DELETE_WEBHOOK = "providers.gate.criticalsvc.io"
 UPDATE_WEBHOOK = "updates.gate.criticalsvc.io"
 PROBE_WEBHOOK = "probe.gate.criticalsvc.io"
+# The shipped configuration's webhooks that route by the gate's labels (deploy/base/webhook.yaml (4), (5);
+# criticalsvc/protectionlabels.py): present, an object's stored label routes it on every API server.
+LABELS_WEBHOOK = "protected.gate.criticalsvc.io"
+LABELLED_UPDATES_WEBHOOK = "protected-updates.gate.criticalsvc.io"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "criticalsvc"
 ADMISSION_API_VERSION = "admissionregistration.k8s.io/v1"
@@ -212,28 +218,50 @@ def covers(route: Route, call: Call) -> bool:
     return True
 
 
-def needed_routes(cs: CriticalService, provider_type: ResourceType) -> frozenset[Route]:
-    """Every route `cs` needs, beyond the shipped configuration's, for its provider of type `provider_type`."""
+# Whether an object carries the gate's labels (protectionlabels.carries on the cached object): a route by name is
+# not needed for an object whose label the shipped configuration already routes, on every API server.
+Carried = Callable[[ObjectRef, frozenset[str]], bool]
+
+
+def needed_routes(cs: CriticalService, provider_type: ResourceType, carried: Carried | None = None) -> frozenset[Route]:
+    """Every route `cs` needs, beyond the shipped configuration's, for its provider of type `provider_type`.
+
+    With `carried` (the shipped configuration routes the gate's labels), an object by name whose label is stored
+    needs no route of its own: the label routes its DELETE (and held UPDATE) on every API server. The routes by
+    name stay for what does not exist yet or is not labelled yet - a provider created under the name of an
+    absent one is routed from its CREATE on, until the gate labels it - and the routes by selector and of
+    `scale` (a Scale carries no labels) stay whole."""
     gr = provider_type.group_resource
     if gr in EXEMPT:
         return frozenset()
     provider = cs.provider
     namespace = provider.namespace or None
+
+    def unless_labelled(route: Route, ref: ObjectRef,
+                        labels: frozenset[str] = frozenset({PROTECTED_LABEL})) -> set[Route]:
+        return set() if carried is not None and carried(ref, labels) else {route}
+
     if isinstance(provider, ObjectRef):
         narrow: dict[str, Any] = {"namespace": namespace if provider_type.namespaced else None, "name": provider.name}
+        ref = ObjectRef(gr, provider.namespace if provider_type.namespaced else "", provider.name)
+        routes = unless_labelled(Route("DELETE", gr, **narrow), ref)
     else:
         narrow = {"namespace": namespace if provider_type.namespaced else None, "selector": provider.selector}
-    routes = {Route("DELETE", gr, **narrow)}
+        routes = {Route("DELETE", gr, **narrow)}
     if provider_type.namespaced:
         # Deleting the namespace would take the provider down; a selector without a namespace may gain a
         # member in any namespace at any moment, so every namespace DELETE must reach the gate.
-        routes.add(Route("DELETE", NAMESPACES, name=namespace) if namespace else Route("DELETE", NAMESPACES))
+        routes |= unless_labelled(Route("DELETE", NAMESPACES, name=namespace), ObjectRef(NAMESPACES, "", namespace)) \
+            if namespace else {Route("DELETE", NAMESPACES)}
     if "." in gr.group:
         # A CRD's name is <plural>.<group>, and a CRD's group has a dot (the API server enforces both): CRD
         # cleanup deletes the instances without admission, so the CRD's DELETE is the provider's.
-        routes.add(Route("DELETE", CRDS, name=f"{gr.resource}.{gr.group}"))
+        crd = f"{gr.resource}.{gr.group}"
+        routes |= unless_labelled(Route("DELETE", CRDS, name=crd), ObjectRef(CRDS, "", crd))
     if cs.hold_updates == HoldUpdates.WHILE_BLOCKING or cs.scale_to_zero == ScaleToZero.DENY_WHILE_BLOCKING:
-        routes.add(Route("UPDATE", gr, **narrow))
+        update = Route("UPDATE", gr, **narrow)
+        routes |= unless_labelled(update, ref, frozenset({PROTECTED_LABEL, UPDATES_HELD_LABEL})) \
+            if isinstance(provider, ObjectRef) else {update}
     # `kubectl scale` updates the `scale` subresource: held updates hold a change of replicas there too, and
     # scaleToZero refuses 0 there (decision._decide_update).
     hold, to_zero = cs.hold_updates == HoldUpdates.WHILE_BLOCKING, cs.scale_to_zero == ScaleToZero.DENY_WHILE_BLOCKING
@@ -275,10 +303,11 @@ class Desired:
         return frozenset().union(*self.needs.values())
 
 
-def desired(services: Iterable[CriticalService],
-            lookup: Callable[[GroupResource], ResourceType | None]) -> Desired:
+def desired(services: Iterable[CriticalService], lookup: Callable[[GroupResource], ResourceType | None],
+            carried: Carried | None = None) -> Desired:
     """The routes the owned configuration must hold. A provider whose type is not served gets none (no
-    request for it can come); it is routed once discovery or a CRD makes the type known."""
+    request for it can come); it is routed once discovery or a CRD makes the type known. `carried`: as for
+    needed_routes."""
     needs: dict[RouteKey, frozenset[Route]] = {}
     types: dict[GroupResource, ResourceType] = {}
     for cs in services:
@@ -286,7 +315,7 @@ def desired(services: Iterable[CriticalService],
         if t is None:
             continue
         types[t.group_resource] = t
-        needs[route_key(cs)] = needed_routes(cs, t)
+        needs[route_key(cs)] = needed_routes(cs, t, carried)
     return Desired(needs, types)
 
 
@@ -623,7 +652,8 @@ class Routing:
     `needs`: each cached CriticalService's routes, as the router computed them (absent: not yet).
     `written`: the routes of the configuration as last written or read; `live`: those the API server was
     seen routing (the probe came back with the digest of a configuration holding them).
-    `broad`: routes sent more broadly than they need, and why. `error`: why the last sync failed, or None."""
+    `broad`: routes sent more broadly than they need, and why. `error`: why the last sync failed, or None.
+    `labelled`: the shipped configuration, as last read, routes the gate's labels (routes_labels)."""
 
     managed: bool = False
     needs: Mapping[RouteKey, frozenset[Route]] = attrs.field(factory=dict)
@@ -631,6 +661,7 @@ class Routing:
     live: frozenset[Route] = frozenset()
     broad: Mapping[Route, str] = attrs.field(factory=dict)
     error: str | None = None
+    labelled: bool = False
 
     def needs_of(self, cs: CriticalService) -> frozenset[Route] | None:
         """The routes `cs` needs as the router last computed them; None: not computed yet for this spec."""
@@ -639,6 +670,12 @@ class Routing:
     def enforced(self, cs: CriticalService) -> bool:
         needs = self.needs_of(cs)
         return needs is not None and needs <= self.live
+
+
+def routes_labels(shipped: Mapping[str, Any] | None) -> bool:
+    """Whether the shipped configuration routes DELETEs and label-removing UPDATEs by the gate's labels."""
+    names = {w.get("name") for w in (shipped or {}).get("webhooks") or [] if isinstance(w, Mapping)}
+    return {LABELS_WEBHOOK, LABELLED_UPDATES_WEBHOOK} <= names
 
 
 def not_routed(cs: CriticalService, provider_type: GroupResource) -> str:

@@ -10,6 +10,12 @@ writer that recomputes every few seconds does not churn it.
                                                 or scaleToZero, the UPDATEs) of the provider's type, and the
                                                 gate does not manage routes (serve
                                                 --no-manage-provider-webhooks): the message says what to add
+               True  (EnforcingByRoute)         enforced where the API server holds criticalsvc-providers, but
+                                                not carried by a label every API server routes (the gate may not
+                                                patch an object, or the shipped configuration predates the labels):
+                                                the message says which and what to grant
+               False (LabelPending)             the gate is labelling a protected object (criticalsvc.io/protected):
+                                                not enforced until the label is stored
                False (RoutePending)             the gate manages routes but has not written this one yet, or
                                                 has and the API server was not yet seen sending it (the
                                                 routing probe, criticalsvc/webhookrouter.py)
@@ -68,13 +74,15 @@ names the first few unmet criteria with example objects, the same words the deni
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from . import criteria
+from . import criteria, protectionlabels
 from .api import (
+    LABEL_VALUE,
+    PROTECTED_LABEL,
     CriticalService,
     Enforcement,
     GroupResource,
@@ -86,7 +94,8 @@ from .api import (
 from .decision import recreated_provider_orphan
 from .errors import UNVERIFIED, StateUnavailable
 from .objects import KubeObject
-from .routing import PROVIDERS_CONFIGURATION, Route, Routing, not_routed
+from .restmapper import ResourceType
+from .routing import LABELS_WEBHOOK, PROVIDERS_CONFIGURATION, Route, Routing, needed_routes, not_routed
 from .state import ClusterState, provider_objects
 from .stuck import finalizer_controller
 from .timestamps import format_rfc3339
@@ -105,6 +114,7 @@ UNVERIFIED_PREFIX = f"{UNVERIFIED}: "
 MAX_BLOCKERS = 5
 MAX_INTENTS = 20  # the CRD's maxItems for status.deletionIntents
 REPLAY_AGGREGATE_LABEL = "criticalsvc.io/aggregate-to-replay"
+LABEL_AGGREGATE_LABEL = "criticalsvc.io/aggregate-to-labeller"
 
 
 def _condition(type_: str, status: bool | None, reason: str, message: str, *, now: str, generation: int,
@@ -119,7 +129,9 @@ def _condition(type_: str, status: bool | None, reason: str, message: str, *, no
 def compute_status(cs: CriticalService, state: ClusterState, *, now: float, generation: int = 1,
                    previous: Mapping[str, Any] | None = None, intents: Sequence[DeletionIntent] = (),
                    replay_forbidden: Sequence[GroupResource] | None = None,
-                   routing: Routing | None = None, refused_confirmation: str | None = None) -> dict[str, Any]:
+                   routing: Routing | None = None, refused_confirmation: str | None = None,
+                   lookup: Callable[[GroupResource], ResourceType | None] | None = None,
+                   label_errors: Mapping[ObjectRef, str] | None = None) -> dict[str, Any]:
     """The `.status` the gate would write for `cs` now; a part the state cannot answer is Unknown, never a guess.
 
     `replay_forbidden`: the types the gate may not delete for its replays ([] all permitted, None
@@ -127,7 +139,8 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     provider-routes writer (criticalsvc/webhookrouter.py) last saw (routing.Routing(managed=False) when
     the gate does not manage routes); None: routing is not judged (a status of the criteria alone).
     `refused_confirmation`: why the fresh read confirming the provider's last DELETE failed, when it did
-    (criticalsvc/live.py, LiveReader.refused)."""
+    (criticalsvc/live.py, LiveReader.refused). `lookup`: the REST mapper's (which routes a CriticalService needs
+    depends on its provider type's scope); `label_errors`: the labeller's failed writes (criticalsvc/labeller.py)."""
     stamp = format_rfc3339(now)
     prev_conditions = (previous or {}).get("conditions") or []
     # Each part is computed on its own, so a type the gate cannot read (403, not synced) leaves the others
@@ -170,16 +183,19 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         ready = _condition("Ready", False, "ProviderTypeNotServed",
                            f"{cs.provider.group_resource} is not served; nothing is protected until it is",
                            now=stamp, generation=generation, previous=prev_conditions)
-    elif routing is not None and not routing.enforced(cs):
-        reason, message = _unrouted(cs, provider_type, routing)
-        ready = _condition("Ready", False, reason, message, now=stamp, generation=generation, previous=prev_conditions)
+    elif routing is not None and (unenforced := _unenforced(cs, state, provider_type, routing, lookup,
+                                                            label_errors or {})) is not None:
+        status_, reason, message = unenforced
+        ready = _condition("Ready", status_, reason, message, now=stamp, generation=generation,
+                           previous=prev_conditions)
     else:
         # Enforced even while some type cannot be read: the webhook then refuses the provider's DELETE as
         # unverifiable (criticalsvc/decision.py, Rule.UNVERIFIABLE), which is protection, not its absence.
         warn = cs.enforcement == Enforcement.WARN
+        where = " on every API server" if routing is not None else ""
         ready = _condition("Ready", True, "Warning" if warn else "Enforcing",
                            ("denials are reported as warnings only (enforcement: Warn)" if warn
-                            else f"deletes of {cs.provider} are gated"),
+                            else f"deletes of {cs.provider} are gated{where}"),
                            now=stamp, generation=generation, previous=prev_conditions)
     if unverifiable or type_error:
         # The webhook's own words (decision.decide): which type, which error, what to grant.
@@ -308,11 +324,68 @@ def _intent(intent: DeletionIntent) -> dict[str, Any]:
     return out
 
 
-def _unrouted(cs: CriticalService, provider_type: GroupResource, routing: Routing) -> tuple[str, str]:
-    """Ready's reason and message while the API server is not known to route what `cs` needs."""
+def _unenforced(cs: CriticalService, state: ClusterState, provider_type: GroupResource, routing: Routing,
+                lookup: Callable[[GroupResource], ResourceType | None] | None,
+                label_errors: Mapping[ObjectRef, str]) -> tuple[bool, str, str] | None:
+    """Ready's status, reason and message while `cs` is not enforced on every API server; None when it is.
+
+    Enforced everywhere: every object it protects that exists carries the gate's labels, which the shipped
+    configuration routes by objectSelector on every API server (criticalsvc/protectionlabels.py), and what no
+    label can carry (an absent provider's name, a selector, `scale`) is routed by criticalsvc-providers and was
+    seen in force by the routing probe. When an object cannot be labelled (the gate may not patch it), or the
+    shipped configuration does not route the labels (an install from before they existed), its route by name
+    is all there is: Ready is True with its own reason, EnforcingByRoute, since the probe proves that route on
+    one API server only."""
     if not routing.managed:
-        return "ProviderNotRouted", not_routed(cs, provider_type)
-    needs = routing.needs_of(cs)
+        return False, "ProviderNotRouted", not_routed(cs, provider_type)
+    resource_type = lookup(provider_type) if lookup is not None else None
+    try:
+        # In force on every API server only what carries its labels, and only while the shipped configuration
+        # routes them: before that (an install from before the labels), every existing object rests on its route.
+        missing = protectionlabels.missing(cs, state) if routing.labelled else \
+            sorted(protectionlabels.protected_objects(cs, state), key=protectionlabels.order_key)
+    except StateUnavailable as exc:
+        unreadable: str | None = str(exc)
+        missing = []
+    else:
+        unreadable = None
+    if resource_type is None:
+        needs = routing.needs_of(cs)
+    else:
+        carried = None
+        if routing.labelled:
+            carried = lambda ref, labels: protectionlabels.carries(state.get(ref), labels)  # noqa: E731
+        needs = needed_routes(cs, resource_type, carried)
+    if needs is None or not needs <= routing.live:
+        return (False, *_unrouted(cs, routing, needs))
+    if unreadable is not None:
+        return True, "EnforcingByRoute", (
+            f"deletes of {cs.provider} are gated where the API server holds ValidatingWebhookConfiguration "
+            f"{PROVIDERS_CONFIGURATION}; whether they carry the gate's labels cannot be read now: {unreadable}")
+    pending = [ref for ref in missing if ref not in label_errors] if routing.labelled else []
+    if pending:
+        more = f" (and {len(pending) - 1} more)" if len(pending) > 1 else ""
+        return False, "LabelPending", (f"the gate is labelling {pending[0]}{more} {PROTECTED_LABEL}={LABEL_VALUE}, "
+                                       "which sends its DELETE to the gate on every API server; not enforced until "
+                                       "the label is stored")
+    if not routing.labelled and missing:
+        return True, "EnforcingByRoute", (
+            f"deletes of {cs.provider} are gated where the API server holds ValidatingWebhookConfiguration "
+            f"{PROVIDERS_CONFIGURATION} (seen on the one that answered the routing probe; another may hold it late): "
+            f"the shipped configuration has no webhook {LABELS_WEBHOOK}, so the gate's labels route nothing - apply "
+            "the current one (design/routing.md, Upgrading)")
+    failed = [ref for ref in missing if ref in label_errors]
+    if failed:
+        return True, "EnforcingByRoute", (
+            f"deletes of {cs.provider} are gated where the API server holds ValidatingWebhookConfiguration "
+            f"{PROVIDERS_CONFIGURATION} (seen on the one that answered the routing probe; another may hold it late), "
+            f"because the gate could not label {failed[0]}: {label_errors[failed[0]]}; let it patch that type "
+            f"(a ClusterRole labelled {LABEL_AGGREGATE_LABEL}=\"true\")")
+    return None
+
+
+def _unrouted(cs: CriticalService, routing: Routing, needs: frozenset[Route] | None) -> tuple[str, str]:
+    """Ready's reason and message while the API server is not known to route what `cs` needs."""
     if routing.error:
         return "RoutingFailed", (f"the gate could not route {cs.provider} (ValidatingWebhookConfiguration "
                                  f"{PROVIDERS_CONFIGURATION}): {routing.error}")

@@ -28,7 +28,13 @@ from criticalsvc.api import GroupResource
 from criticalsvc.errors import MalformedManifest
 from criticalsvc.labels import parse_label_selector
 from criticalsvc.serving import parse_endpoint
-from criticalsvc.sim.webhooks import ANY_RESOURCE, DEFAULT_RULES, DELETION_PROTECTED_SELECTOR
+from criticalsvc.sim.webhooks import (
+    ANY_RESOURCE,
+    DEFAULT_RULES,
+    DELETION_PROTECTED_SELECTOR,
+    LABELLED_SELECTOR,
+    PROTECTED_SELECTOR,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -380,9 +386,14 @@ def rules(objects: list[Obj]) -> Iterator[tuple[Obj, Obj]]:
 
 def test_rbac_writes_only_events_status_leases_and_intents(base: list[Obj]) -> None:
     """No role grants a write verb except on events, criticalservices/status, (namespaced) leases and
-    (namespaced) ConfigMaps for deletion intents; replays delete only what the operator aggregates in."""
+    (namespaced) ConfigMaps for deletion intents, and `patch` (of the gate's labels) on the built-in provider
+    types; replays delete only what the operator aggregates in."""
     writes = set()
     for role, rule in rules(base):
+        if (role["metadata"].get("labels") or {}).get("criticalsvc.io/aggregate-to-labeller") == "true":
+            # The labeller's grants (criticalsvc/protectionlabels.py): a merge patch of its labels, nothing else.
+            assert rule["verbs"] == ["patch"] and role["kind"] == "ClusterRole", rule
+            continue
         verbs = set(rule["verbs"]) & WRITE_VERBS
         for group in rule.get("apiGroups", []):
             for resource in rule.get("resources", []):
@@ -463,7 +474,8 @@ def test_every_role_is_bound_to_the_gate_service_account(base: list[Obj]) -> Non
                                         "namespace": account["metadata"]["namespace"]}]
         bound.add((binding["roleRef"]["kind"], binding["roleRef"]["name"]))
     aggregated_parts = {r["metadata"]["name"] for r in every(base, "ClusterRole")
-                        if "criticalsvc.io/aggregate-to-reader" in (r["metadata"].get("labels") or {})}
+                        if {"criticalsvc.io/aggregate-to-reader", "criticalsvc.io/aggregate-to-labeller"}
+                        & set(r["metadata"].get("labels") or {})}
     roles = {(r["kind"], r["metadata"]["name"]) for r in [*every(base, "ClusterRole"), *every(base, "Role")]
              if r["metadata"]["name"] not in aggregated_parts}
     assert bound == roles
@@ -479,8 +491,17 @@ def webhooks(objects: list[Obj]) -> list[Obj]:
 def test_the_shipped_configuration_routes_no_provider_namespace_or_workload(base: list[Obj]) -> None:
     """Providers, their namespaces and their CRDs are routed by the gate's own criticalsvc-providers, narrowed to
     those objects (design/routing.md); the shipped rules name only CriticalServices, CRDs (narrowed to the
-    CriticalService CRD by a matchCondition) and, for labelled objects, everything."""
-    named = {(g, r) for w in webhooks(base) if w["name"] != "labelled.gate.criticalsvc.io" for rule in w["rules"]
+    CriticalService CRD by a matchCondition) and, for objects carrying one of the gate's labels, everything: each
+    webhook whose rules name everything selects only objects that carry criticalsvc.io/deletion-protected=Always
+    or criticalsvc.io/protected, so an unlabelled object's DELETE or UPDATE never reaches the gate."""
+    everything = [w for w in webhooks(base) if any("*" in rule["resources"] for rule in w["rules"])]
+    assert {w["name"] for w in everything} == {"labelled.gate.criticalsvc.io", "protected.gate.criticalsvc.io",
+                                               "protected-updates.gate.criticalsvc.io"}
+    for w in everything:
+        required = {(e["key"], e["operator"]) for e in w["objectSelector"]["matchExpressions"]
+                    if e["operator"] in ("In", "Exists")}
+        assert required & {("criticalsvc.io/deletion-protected", "In"), ("criticalsvc.io/protected", "Exists")}, w
+    named = {(g, r) for w in webhooks(base) if w not in everything for rule in w["rules"]
              for g in rule["apiGroups"] for r in rule["resources"]}
     assert named == {("criticalsvc.io", "criticalservices"), ("apiextensions.k8s.io", "customresourcedefinitions")}
     (crds,) = [w for w in webhooks(base) if w["name"] == "crds.gate.criticalsvc.io"]
@@ -528,10 +549,11 @@ def test_the_webhook_rules_are_exactly_the_gated_operations(base: list[Obj]) -> 
         selector = parse_label_selector(webhook.get("objectSelector"), "objectSelector")
         for rule in webhook["rules"]:
             assert "*" not in rule["operations"]
-            if selector == DELETION_PROTECTED_SELECTOR:
-                assert rule == {"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["DELETE"],
+            if selector in (DELETION_PROTECTED_SELECTOR, PROTECTED_SELECTOR, LABELLED_SELECTOR):
+                (operation,) = rule["operations"]
+                assert rule == {"apiGroups": ["*"], "apiVersions": ["*"], "operations": [operation],
                                 "resources": ["*"], "scope": "*"}, (webhook["name"], rule)
-                registered |= {("DELETE", ANY_RESOURCE, selector)}
+                registered |= {(operation, ANY_RESOURCE, selector)}
                 continue
             assert "*" not in rule["resources"] and "*" not in rule["apiGroups"]
             for group in rule["apiGroups"]:
@@ -554,12 +576,17 @@ def test_each_delete_is_reviewed_by_one_webhook_unless_it_also_reviews_writes(ba
     labelled = by_name["labelled.gate.criticalsvc.io"]
     assert labelled["objectSelector"] == {"matchExpressions": [{**label, "operator": "In"}]}
     assert all("*/*" not in r["resources"] for w in webhooks(base) for r in w["rules"])
+    protected = {"key": "criticalsvc.io/protected", "operator": "Exists"}
     for webhook in webhooks(base):
         operations = {op for rule in webhook["rules"] for op in rule["operations"]}
         if webhook is labelled:
             continue
-        if operations == {"DELETE"}:
+        if webhook["name"] == "protected.gate.criticalsvc.io":
+            assert webhook["objectSelector"] == {"matchExpressions": [protected, {**label, "operator": "NotIn"}]}
+        elif operations == {"DELETE"}:
             assert webhook["objectSelector"] == {"matchExpressions": [{**label, "operator": "NotIn"}]}, webhook["name"]
+        elif operations == {"UPDATE"}:  # the label-removing UPDATEs: no DELETE, so no second reviewer
+            assert webhook["objectSelector"] == {"matchExpressions": [protected]}, webhook["name"]
         else:
             assert "objectSelector" not in webhook, webhook["name"]
 
@@ -567,7 +594,7 @@ def test_each_delete_is_reviewed_by_one_webhook_unless_it_also_reviews_writes(ba
 def test_webhook_names_are_unique_and_qualified(base: list[Obj]) -> None:
     """Webhook names are distinct fully qualified names under criticalsvc.io."""
     names = [w["name"] for w in webhooks(base)]
-    assert len(set(names)) == len(names) == 3
+    assert len(set(names)) == len(names) == 5
     assert all(n.endswith(".criticalsvc.io") and n.count(".") >= 2 for n in names)
 
 
@@ -581,7 +608,7 @@ def test_the_cert_manager_overlay_injects_the_ca_into_the_webhooks(overlay: list
     certificate = one(overlay, "Certificate", name)
     assert certificate["metadata"]["namespace"] == namespace
     assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])
-    assert len(config["webhooks"]) == 3
+    assert len(config["webhooks"]) == 5
 
 
 def test_the_cert_manager_certificate_fills_the_secret_the_pods_mount(overlay: list[Obj]) -> None:

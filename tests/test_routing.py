@@ -36,6 +36,7 @@ from criticalsvc.api import (
     CRITICAL_SERVICES,
     DELETION_PROTECTED_ALWAYS,
     DELETION_PROTECTED_LABEL,
+    PROTECTED_LABEL,
     GroupResource,
     HoldUpdates,
     ScaleToZero,
@@ -156,11 +157,13 @@ def api_server_sends(config: Mapping[str, Any], request: AdmissionRequest, *, ty
 
 # --- the shipped configuration ----------------------------------------------------------------------------------
 def test_the_shipped_configuration_routes_only_what_is_the_gates_whatever_the_services_say() -> None:
-    """Three webhooks: CriticalServices, the CriticalService CRD, and labelled objects; no namespace,
-    workload or other CRD DELETE reaches the gate through it."""
+    """Five webhooks: CriticalServices, the CriticalService CRD, objects labelled deletion-protected, and what the
+    gate labelled criticalsvc.io/protected; no other namespace, workload or CRD DELETE reaches the gate through
+    it."""
     config = shipped()
     assert [w["name"] for w in config["webhooks"]] == [
-        "criticalservices.gate.criticalsvc.io", "crds.gate.criticalsvc.io", "labelled.gate.criticalsvc.io"]
+        "criticalservices.gate.criticalsvc.io", "crds.gate.criticalsvc.io", "labelled.gate.criticalsvc.io",
+        "protected.gate.criticalsvc.io", "protected-updates.gate.criticalsvc.io"]
     types = mapper()
 
     def sent(gr: GroupResource, name: str, namespace: str = "", labels: Mapping[str, str] | None = None,
@@ -178,6 +181,14 @@ def test_the_shipped_configuration_routes_only_what_is_the_gates_whatever_the_se
     assert sent(CRDS, CRD_NAME, collection=True) == ["crds.gate.criticalsvc.io"]  # the name from oldObject
     assert sent(CRITICAL_SERVICES, "cs") == ["criticalservices.gate.criticalsvc.io"]
     assert sent(DEPLOYMENTS, "web", "team", {DELETION_PROTECTED_LABEL: DELETION_PROTECTED_ALWAYS}) == [
+        "labelled.gate.criticalsvc.io"]
+    assert sent(DEPLOYMENTS, "web", "team", {PROTECTED_LABEL: "true"}) == ["protected.gate.criticalsvc.io"]
+    assert sent(NAMESPACES_GR, "team", labels={PROTECTED_LABEL: "true"}) == ["protected.gate.criticalsvc.io"]
+    assert sent(CRDS, "widgets.widgets.example.com", labels={PROTECTED_LABEL: "true"}) == [
+        "protected.gate.criticalsvc.io"]
+    # Both labels: one webhook answers, the one that always denies.
+    assert sent(DEPLOYMENTS, "web", "team", {PROTECTED_LABEL: "true",
+                                             DELETION_PROTECTED_LABEL: DELETION_PROTECTED_ALWAYS}) == [
         "labelled.gate.criticalsvc.io"]
 
 

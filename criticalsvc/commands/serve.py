@@ -295,6 +295,12 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
                                            post_event=writer.post_event, on_change=writer.poke)
                     writer.router, manages_routes = router, True
                     tasks.append(asyncio.create_task(router.run(lambda: writer.leading), name="webhook-router"))
+                    from ..labeller import Labeller
+
+                    labeller = Labeller(transport, cache, cache.mapper, metrics=metrics,
+                                        post_event=writer.post_event, on_change=writer.poke)
+                    writer.labeller = labeller
+                    tasks.append(asyncio.create_task(labeller.run(lambda: writer.leading), name="labeller"))
                 tasks += [asyncio.create_task(writer.run_elected(), name="status-writer"),
                           asyncio.create_task(writer.run_events(), name="event-writer"),
                           asyncio.create_task(replayer.run(lambda: writer.leading), name="replayer"),

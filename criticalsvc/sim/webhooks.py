@@ -21,6 +21,7 @@ from ..api import (
     CRITICAL_SERVICES,
     DELETION_PROTECTED_ALWAYS,
     DELETION_PROTECTED_LABEL,
+    PROTECTED_LABEL,
     GroupResource,
 )
 from ..labels import LabelSelector, Requirement
@@ -100,6 +101,10 @@ DELETION_PROTECTED_SELECTOR = LabelSelector((
 # whichever denial comes first, so two would make the webhook named in the message a race [D1]).
 NOT_DELETION_PROTECTED_SELECTOR = LabelSelector((
     Requirement(DELETION_PROTECTED_LABEL, "NotIn", frozenset({DELETION_PROTECTED_ALWAYS})),))
+# The gate's own label (deploy/base/webhook.yaml (4) and (5)).
+LABELLED_SELECTOR = LabelSelector((Requirement(PROTECTED_LABEL, "Exists"),))
+PROTECTED_SELECTOR = LabelSelector((Requirement(PROTECTED_LABEL, "Exists"),
+                                    *NOT_DELETION_PROTECTED_SELECTOR.requirements))
 
 # The rules deploy/ registers: the gate sees CREATE/UPDATE/DELETE of CriticalServices, the DELETE of the
 # CriticalService CRD (unless labelled, see the last rule), and the DELETE of every object of any type
@@ -109,6 +114,11 @@ DEFAULT_RULES: tuple[WebhookRule, ...] = (
     WebhookRule(frozenset({"DELETE"}), frozenset({CRDS}), NOT_DELETION_PROTECTED_SELECTOR,
                 names=frozenset({"", CRD_NAME})),
     WebhookRule(frozenset({"DELETE"}), frozenset({ANY_RESOURCE}), DELETION_PROTECTED_SELECTOR),
+    # What the gate labelled criticalsvc.io/protected (criticalsvc/protectionlabels.py): its DELETE, and its
+    # UPDATEs (the shipped matchCondition narrows those to the ones that remove the label or that a
+    # CriticalService holds; the gate decides the rest as unprotected, so sending all of them is the same).
+    WebhookRule(frozenset({"DELETE"}), frozenset({ANY_RESOURCE}), PROTECTED_SELECTOR),
+    WebhookRule(frozenset({"UPDATE"}), frozenset({ANY_RESOURCE}), LABELLED_SELECTOR),
 )
 
 

@@ -1,0 +1,161 @@
+"""Keeps the gate's labels on the objects CriticalServices protect: the I/O around protectionlabels.py.
+
+Only the leader writes (the status writer's Lease, as the router and the replayer). A round computes, from the
+cache alone, which protected objects lack their labels (protectionlabels.to_add) and PATCHes each with a JSON
+merge patch of its labels: one request per object, MAX_IN_FLIGHT at a time, sent as the gate's ServiceAccount
+(its ClusterRole criticalsvc-labeller grants `patch`, per type, as the reader role grants reads). It removes
+the labels no CriticalService wants any more (protectionlabels.stale) when the CriticalServices changed and
+every SWEEP otherwise, on the types it ever labelled.
+
+Rounds are driven by the cache's events, not a poll: a CriticalService created, a provider created or
+relabelled into a selector, wakes the next round at once (at most one round every MIN_PAUSE), so a new
+CriticalService's provider carries its label - and the CriticalService says Enforcing - within a watch event
+and one PATCH of its creation, however many CriticalServices exist. A PATCH is not sent again for the same
+labels until the cache has had RESEND to show it.
+
+A write that fails is counted, kept in `errors` (status shows it on the CriticalServices that protect the
+object: the protection then rests on the route by name alone, criticalsvc/status.py) and reported once per
+distinct error as a Warning Event. A 404 means the object went first: nothing to label.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from . import protectionlabels
+from .api import ObjectRef
+from .cache.transport import APIError, APIStatusError, Sender
+from .errors import StateUnavailable
+from .events import object_event
+from .logs import get_logger
+from .metrics import Metrics
+from .restmapper import RESTMapper
+from .server import StateSource
+
+log = get_logger("criticalsvc.labels")
+
+MIN_PAUSE = 0.02  # between two rounds: a burst of events is one round, not one per event
+SWEEP = 30.0  # how often stale labels are looked for when no CriticalService changed
+IDLE = 10.0  # a round at least this often, events or not (a failed write is retried then)
+RESEND = 5.0  # a label PATCHed is not PATCHed again before the cache had this long to show it
+MAX_IN_FLIGHT = 8
+REQUEST_TIMEOUT = 5.0
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class Labeller:
+    def __init__(self, transport: Sender, source: StateSource, mapper: RESTMapper, *, metrics: Metrics | None = None,
+                 post_event: Callable[[dict[str, Any]], None] = lambda event: None,
+                 on_change: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.transport, self.source, self.mapper = transport, source, mapper
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.post_event, self.on_change, self.clock, self.sleep = post_event, on_change, clock, sleep
+        self.errors: dict[ObjectRef, str] = {}  # the last failed write per object, until one succeeds
+        self.writes = 0
+        self._types: set[Any] = set()  # the types it ever labelled: where stale labels can be
+        self._sent: dict[tuple[ObjectRef, frozenset[str], frozenset[str]], float] = {}
+        self._services: frozenset[str] | None = None
+        self._next_sweep = 0.0
+        self._reported: set[str] = set()
+
+    async def run(self, leading: Callable[[], bool]) -> None:
+        while True:
+            if leading() and self.source.ready:
+                try:
+                    await self.round()
+                except StateUnavailable:
+                    pass  # a cache is re-syncing; the next round computes again
+                except Exception:  # a round must never end the loop
+                    log.exception("labelling protected objects failed unexpectedly")
+                await self.sleep(MIN_PAUSE)
+                wait_event = getattr(self.source, "wait_event", None)
+                if callable(wait_event):
+                    await wait_event(IDLE)
+                else:
+                    await self.sleep(IDLE)
+            else:
+                self._services, self._sent = None, {}  # a new leader sweeps at once
+                await self.sleep(1.0)
+
+    async def round(self) -> int:
+        """Add the labels protected objects lack and remove the ones nothing wants; returns the writes sent."""
+        state = self.source.state
+        services = list(state.critical_services())
+        want: dict[ObjectRef, frozenset[str]] = {}
+        for cs in services:
+            try:
+                for ref, labels in protectionlabels.protected_objects(cs, state).items():
+                    want[ref] = want.get(ref, frozenset()) | labels
+            except StateUnavailable:
+                continue  # that CriticalService's types cannot be read now; the others are labelled
+        adds = protectionlabels.to_add(want, state)
+        self._types |= {ref.group_resource for ref in want}
+        names = frozenset(f"{cs.name}/{cs.uid}" for cs in services)
+        removes: Mapping[ObjectRef, frozenset[str]] = {}
+        if names != self._services or self.clock() >= self._next_sweep:
+            removes = protectionlabels.stale(want, state, self._types)
+            self._services, self._next_sweep = names, self.clock() + SWEEP
+        self.metrics.unlabelled_objects.set(len(adds))
+        now = self.clock()
+        self._sent = {k: t for k, t in self._sent.items() if now - t < RESEND}
+        empty: frozenset[str] = frozenset()
+        work = [(ref, keys, empty) for ref, keys in adds.items()] + \
+            [(ref, empty, keys) for ref, keys in removes.items()]
+        work = [w for w in work if w not in self._sent]
+        for ref in [r for r in self.errors if r not in adds and r not in removes]:
+            del self.errors[ref]  # carried now, or nothing wants it: the error is history
+        if not work:
+            return 0
+        gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+
+        async def one(item: tuple[ObjectRef, frozenset[str], frozenset[str]]) -> None:
+            async with gate:
+                self._sent[item] = self.clock()
+                await self._write(*item)
+
+        await asyncio.gather(*(one(w) for w in work))
+        self.on_change()  # status recomputes Ready now, not at its next interval
+        return len(work)
+
+    async def _write(self, ref: ObjectRef, add: frozenset[str], remove: frozenset[str]) -> None:
+        t = self.mapper.lookup(ref.group_resource)
+        if t is None:
+            return  # not served any more: nothing to label
+        path = t.path(namespace=ref.namespace or None, name=ref.name)
+        self.writes += 1
+        try:
+            await self.transport.send("PATCH", path, protectionlabels.merge_patch(add=add, remove=remove),
+                                      timeout=REQUEST_TIMEOUT, content_type=MERGE_PATCH)
+        except APIStatusError as exc:
+            if exc.not_found:
+                self.metrics.protection_labels.labels("gone").inc()
+                return
+            self._fail(ref, add, exc.message)
+            return
+        except APIError as exc:
+            self._fail(ref, add, exc.message)
+            return
+        self.metrics.protection_labels.labels("added" if add else "removed").inc()
+        self.errors.pop(ref, None)
+        log.info("protection labels written", object=str(ref), added=sorted(add), removed=sorted(remove))
+
+    def _fail(self, ref: ObjectRef, add: frozenset[str], error: str) -> None:
+        self.metrics.protection_labels.labels("failed").inc()
+        verb = "label" if add else "unlabel"
+        if add:
+            self.errors[ref] = error
+        log.warning(f"could not {verb} a protected object", object=str(ref), error=error)
+        if error in self._reported:
+            return
+        self._reported.add(error)
+        involved = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                    "name": "criticalsvc"}
+        self.post_event(object_event(
+            involved=involved, reason="ProtectionLabelFailed", warning=True, now=time.time(),
+            message=f"criticalsvc could not {verb} {ref} (criticalsvc.io/protected): {error}; until it can, that "
+                    "object's DELETE reaches the gate only through criticalsvc-providers, which an API server may "
+                    "hold late"))
