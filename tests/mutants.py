@@ -97,6 +97,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),
+    # A probe answered from an older configuration counts the newest routes live (Enforcing before routed).
+    Mutant("router-older-digest-counts-all-live", "criticalsvc/webhookrouter.py",
+           "        live = seen & written\n", "        live = written\n", ROUTER_TESTS),
+    # The protection label removable while protected (the DELETE would then reach no webhook).
+    Mutant("protection-label-removable", "criticalsvc/decision.py",
+           "    if not keeping:\n        return None\n", "    if True:\n        return None\n",
+           ("tests/test_protection_labels.py",)),
+    # A route by name dropped for an object that only exists, not labelled.
+    Mutant("route-dropped-for-unlabelled", "criticalsvc/protectionlabels.py",
+           "    return obj is not None and all(obj.labels.get(key) == LABEL_VALUE for key in labels)\n",
+           "    return obj is not None\n", ("tests/test_protection_labels.py",)),
 )
 
 

@@ -303,3 +303,51 @@ async def test_nothing_is_created_while_no_provider_needs_a_route():
         await eventually(lambda: router.syncs >= 2, what="a resync")
     assert OWNED not in api.objects and api.sent("POST", CONFIGURATIONS) == [] and api.sent("PUT", OWNED) == []
     assert events == [] and router.facts.live == frozenset() and router.facts.error is None
+
+
+class StaleRoutingAPI(RoutingAPI):
+    """An API server whose informer still holds the configuration before the last write: for `lag` probes after
+    each write it answers with the older configuration's digest (a 403 from its probe webhook), not a 201."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._older: str | None = None
+
+    def put(self, path: str, obj: Any) -> dict[str, Any]:
+        if path == OWNED:
+            self._older = routing.probe_digest(self.objects.get(OWNED))
+        return super().put(path, obj)
+
+    async def send(self, verb: str, path: str, payload: Any = None, *, timeout: float, params: Any = (),
+                   content_type: str = "application/json") -> Any:
+        if verb == "POST" and path == PROBE and self._behind > 0 and self._older is not None:
+            self.requests.append((verb, path, payload))
+            self._behind -= 1
+            raise APIStatusError(403, "Forbidden", f'admission webhook "{routing.PROBE_WEBHOOK}" denied the '
+                                 f"request: {routing.probe_answer(self._older)}")
+        return await super().send(verb, path, payload, timeout=timeout, params=params, content_type=content_type)
+
+
+@pytest.mark.anyio
+async def test_a_probe_answered_from_an_older_configuration_makes_only_its_routes_live():
+    """A second CriticalService is written while the API server still routes the first one's configuration: the
+    probe comes back with the older digest, so the first stays live and the second is not (Ready RoutePending)
+    until the API server answers with the digest just written."""
+    api = StaleRoutingAPI()
+    api.put(SHIPPED, shipped())
+    first = widget_service()
+    second = parse_critical_service({"metadata": {"name": "w2"}, "spec": {
+        "provider": {"group": WIDGETS.group, "resource": WIDGETS.resource, "name": "q"},
+        "criteria": [{"type": "SpecificResource",
+                      "specificResource": {"resource": "configmaps", "namespace": "x", "name": "y"}}]}})
+    router, _events, _clock = router_over(api, first)
+    async with leading(router):
+        await eventually(lambda: router.facts.enforced(first), what="the first CriticalService's routes live")
+        api.lag = 1000  # from now on the API server answers with the configuration before each write
+        source_of(router).state.upsert_critical_service(second)
+        await eventually(lambda: len(router.facts.written) == 2, what="the second written")
+        probes = len(api.sent("POST", PROBE))
+        await eventually(lambda: len(api.sent("POST", PROBE)) >= probes + 3, what="three more probes")
+        assert router.facts.enforced(first) and not router.facts.enforced(second)
+        api.lag, api._behind = 0, 0
+        await eventually(lambda: router.facts.enforced(second), what="the second live once the digest is its own")
