@@ -46,7 +46,7 @@ from criticalsvc.decision import Rule, decide
 from criticalsvc.labeller import Labeller
 from criticalsvc.objects import KubeObject
 from criticalsvc.restmapper import ResourceType, RESTMapper
-from criticalsvc.routing import Route, Routing, covers, call_of, desired, routes_labels
+from criticalsvc.routing import Route, Routing, call_of, covers, desired, routes_labels
 from criticalsvc.state import MemoryState
 from criticalsvc.status import compute_status
 
@@ -232,7 +232,8 @@ def worlds(draw: st.DrawFn) -> tuple[list[Any], MemoryState]:
 
 
 @given(worlds())
-def test_every_request_the_names_routed_is_still_routed_by_name_or_by_label(world: tuple[list[Any], MemoryState]) -> None:
+def test_every_request_the_names_routed_is_still_routed_by_name_or_by_label(
+        world: tuple[list[Any], MemoryState]) -> None:
     """The oracle is the routing before labels (every name routed); with labels, each DELETE and UPDATE it routed of
     an object that exists is routed by criticalsvc-providers or carries the label the shipped webhooks select, and
     an object that does not exist yet is routed by name (its CREATE-then-DELETE is covered)."""
