@@ -178,7 +178,7 @@ def test_rolling_restart_fails_no_admission_call(ha: RealCluster) -> None:
     stream = DeleteStream(ha.admin, "rolling")
     provider = _protected_provider(ha)
     held: list[int] = []
-    before = admission_metrics.scrape(ha.admin)
+    before = admission_metrics.scrape(ha.plane)
     took: list[float] = []
     stream.start()
     try:
@@ -194,7 +194,7 @@ def test_rolling_restart_fails_no_admission_call(ha: RealCluster) -> None:
         time.sleep(1)
     finally:
         stream.stop()
-    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.admin))
+    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.plane))
     print(f"\nrolling restart ({', '.join(f'{t:.1f}' for t in took)} s per replica, SIGTERM to ready behind the "
           f"Service): {sum(stream.statuses.values())} deletes, statuses {dict(stream.statuses)}; {calls}")
     _assert_no_failed_call(stream, held, calls)
@@ -226,7 +226,7 @@ def test_serving_certificate_rotated_on_every_replica_under_load_fails_no_admiss
     stream = DeleteStream(ha.admin, "rotation")
     provider = _protected_provider(ha)
     held: list[int] = []
-    before = admission_metrics.scrape(ha.admin)
+    before = admission_metrics.scrape(ha.plane)
     took: dict[str, float] = {}
     stream.start()
     try:
@@ -243,7 +243,7 @@ def test_serving_certificate_rotated_on_every_replica_under_load_fails_no_admiss
             time.sleep(1)
     finally:
         stream.stop()
-    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.admin))
+    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.plane))
     reloads = {g.process.name: g.metric(RELOADS, result="ok") - reloads_before[g.process.name][0] for g in replicas}
     failed = {g.process.name: g.metric(RELOADS, result="failed") - reloads_before[g.process.name][1]
               for g in replicas}
