@@ -276,7 +276,12 @@ def write_kubeconfig(path: Path, *, server: str, ca_cert: Path, user: dict[str, 
 class WebhookLag:
     """API server i's view of its webhook configurations, through a proxy to etcd a test can pause:
     `pause()` holds the bytes (the API server's watch on those resources stalls, as a lagging informer
-    does; nothing is dropped), `resume()` lets them flow, `with lag:` is paused inside the block."""
+    does; nothing is dropped), `resume()` lets them flow, `with lag:` is paused inside the block.
+
+    While paused, that API server's own reads and writes of webhook configurations wait too (a GET or
+    LIST is a consistent read, from etcd through the same proxy; `kubectl get
+    validatingwebhookconfigurations` times out), and so does its /readyz: send those through another
+    API server. Everything else it serves at once."""
 
     index: int
     resources: tuple[str, ...]
