@@ -83,6 +83,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     plane = funcargs.get("flux_plane")
     if plane is not None:
         report.sections.append(("the Flux gate module's control plane, kustomize-controller and gate", plane.logs()))
+    plane = funcargs.get("apiservers_plane")
+    if plane is not None:
+        report.sections.append(("the three API servers' control plane", plane.logs()))
     return report
 
 

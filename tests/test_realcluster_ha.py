@@ -1,13 +1,16 @@
-"""Two gate replicas behind a stand-in for their Service, on a real control plane: a replica killed,
-the leader killed, a rolling restart, and the serving certificate renewed on every replica, each
-during deletions in progress (issue 13).
+"""Two gate replicas behind a stand-in for their Service, on a real HA control plane: a replica
+killed, the leader killed, a rolling restart, and the serving certificate renewed on every replica,
+each during deletions in progress (issue 13). The control plane runs three kube-apiservers over one
+etcd behind a balancer (tests/realcluster/controlplane.py, issue 34), so the gate's watches, Lease
+and writes, and the test's clients, are spread over API servers as on a production control plane.
 
 The replicas run behind tests/realcluster/loadbalancer.py, which routes connections only to replicas
 whose /readyz answers 200, as kube-proxy routes only to ready endpoints; each serves its certificate
 from a Secret volume of its own (tests/realcluster/secretvolume.py). What is counted is what users
 see: DELETEs answered "failed calling webhook" (HTTP 500) and any wrong ALLOW; and, for the rolling
 restart and the renewal, what the API server counts of its calls to the gate's webhooks
-(tests/realcluster/admission_metrics.py), which includes the calls no test client made.
+(tests/realcluster/admission_metrics.py, summed over the three), which includes the calls no test
+client made.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ RELOADS = "criticalsvc_certificate_reloads_total"
 @pytest.fixture(scope="module")
 def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     binaries = built_binaries()
-    with real_cluster(binaries, tmp_path_factory.mktemp("ha"), replicas=2) as cluster:
+    with real_cluster(binaries, tmp_path_factory.mktemp("ha"), replicas=2, apiservers=3) as cluster:
         yield cluster
 
 
@@ -178,7 +181,7 @@ def test_rolling_restart_fails_no_admission_call(ha: RealCluster) -> None:
     stream = DeleteStream(ha.admin, "rolling")
     provider = _protected_provider(ha)
     held: list[int] = []
-    before = admission_metrics.scrape(ha.admin)
+    before = admission_metrics.scrape(ha.plane)
     took: list[float] = []
     stream.start()
     try:
@@ -194,7 +197,7 @@ def test_rolling_restart_fails_no_admission_call(ha: RealCluster) -> None:
         time.sleep(1)
     finally:
         stream.stop()
-    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.admin))
+    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.plane))
     print(f"\nrolling restart ({', '.join(f'{t:.1f}' for t in took)} s per replica, SIGTERM to ready behind the "
           f"Service): {sum(stream.statuses.values())} deletes, statuses {dict(stream.statuses)}; {calls}")
     _assert_no_failed_call(stream, held, calls)
@@ -226,7 +229,7 @@ def test_serving_certificate_rotated_on_every_replica_under_load_fails_no_admiss
     stream = DeleteStream(ha.admin, "rotation")
     provider = _protected_provider(ha)
     held: list[int] = []
-    before = admission_metrics.scrape(ha.admin)
+    before = admission_metrics.scrape(ha.plane)
     took: dict[str, float] = {}
     stream.start()
     try:
@@ -243,7 +246,7 @@ def test_serving_certificate_rotated_on_every_replica_under_load_fails_no_admiss
             time.sleep(1)
     finally:
         stream.stop()
-    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.admin))
+    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.plane))
     reloads = {g.process.name: g.metric(RELOADS, result="ok") - reloads_before[g.process.name][0] for g in replicas}
     failed = {g.process.name: g.metric(RELOADS, result="failed") - reloads_before[g.process.name][1]
               for g in replicas}
@@ -289,3 +292,15 @@ def test_leader_killed_after_a_refused_pass_the_new_leader_replays(ha: RealClust
     assert observer.order_violations(story.dependents()) == []
     new_leader = next(g for g in ha.gate.replicas if g.process.name == _holder(ha))
     assert new_leader.metric("criticalsvc_deletion_replays_total", outcome="Replayed") >= 1
+
+
+def test_the_gate_is_served_by_every_api_server(ha: RealCluster) -> None:
+    """Through the balancer the two replicas' connections (watches, Lease, reads and writes) reach each of the
+    three API servers: every audit log records requests of the gate."""
+    from tests.realcluster.controlplane import gate_requests
+
+    assert len(ha.plane.audit_logs) == 3
+    wait_for(lambda: all(gate_requests(log) for log in ha.plane.audit_logs), timeout=30,
+             what=f"requests of the gate in each API server's audit log ({ha.plane.audit_logs})")
+    print("\nthe gate's requests per API server: " + ", ".join(
+        f"{i}: {len(gate_requests(log))}" for i, log in enumerate(ha.plane.audit_logs)))

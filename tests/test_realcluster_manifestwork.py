@@ -92,7 +92,7 @@ def test_reference_story_as_a_manifestwork(realcluster: RealCluster, agent: Mani
 
     paths = {**story.paths(), "ManifestWork": work.path, "AppliedManifestWork": work.applied_path}
     observer = Observer(realcluster.admin, paths)
-    before = admission_metrics.scrape(realcluster.admin)
+    before = admission_metrics.scrape(realcluster.plane)
     teardown = Teardown(realcluster.admin, work)
     with RealBackend(realcluster).finalizer_controller(story):
         observer.start()
@@ -104,7 +104,7 @@ def test_reference_story_as_a_manifestwork(realcluster: RealCluster, agent: Mani
         finally:
             observer.stop()
             teardown.stop()
-    denied = _denied_deletes(before, admission_metrics.scrape(realcluster.admin))
+    denied = _denied_deletes(before, admission_metrics.scrape(realcluster.plane))
 
     assert observer.order_violations(story.dependents()) == []
     # One pass: every applied object got at most one DELETE from the agent, in status order (sorted).

@@ -2,8 +2,9 @@
 
     build [--kubernetes 1.37|1.34]          build the binaries, helm and Flux's kustomize-controller into the
                                             cache (once per version)
-    up [--kubeconfig-out PATH] [--kubernetes 1.37|1.34] [--replicas N] [--dir DIR]
-                                            start etcd, kube-apiserver, kube-controller-manager,
+    up [--kubeconfig-out PATH] [--kubernetes 1.37|1.34] [--replicas N] [--apiservers N] [--dir DIR]
+                                            start etcd, kube-apiserver (N of them behind a loopback
+                                            balancer, as kubeadm HA runs them), kube-controller-manager,
                                             kube-scheduler, kwok and its fake Node (pods run) and the
                                             gate (installed as a user installs it); run until Ctrl-C
 """
@@ -18,8 +19,12 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import build
+
+if TYPE_CHECKING:
+    from .controlplane import ControlPlane
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,8 +38,12 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--kubeconfig-out", type=Path, default=Path("realcluster.kubeconfig"),
                            help="write the admin kubeconfig here (default: %(default)s)")
             p.add_argument("--replicas", type=int, default=1, help="gate replicas (default: %(default)s)")
+            p.add_argument("--apiservers", type=int, default=1,
+                           help="kube-apiservers over the one etcd, behind a balancer (default: %(default)s)")
             p.add_argument("--dir", type=Path, help="keep the run's files (logs, etcd, certificates) here")
     args = parser.parse_args(argv)
+    if args.command == "up" and args.apiservers < 1:
+        parser.error(f"--apiservers {args.apiservers}: at least 1")
     complete = build.cached(args.kubernetes) is not None and (args.command == "up" or (
         build.cached_helm() is not None and build.cached_flux() is not None))
     reason = None if complete else build.missing_toolchain()
@@ -87,7 +96,7 @@ def _up(binaries: build.Binaries, args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     print(f"starting Kubernetes {binaries.kubernetes_version} in {directory} ...", file=sys.stderr)
-    with real_cluster(binaries, directory, replicas=args.replicas) as cluster:
+    with real_cluster(binaries, directory, replicas=args.replicas, apiservers=args.apiservers) as cluster:
         args.kubeconfig_out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(cluster.kubeconfig, args.kubeconfig_out)
         os.chmod(args.kubeconfig_out, 0o600)
@@ -99,7 +108,8 @@ def _up(binaries: build.Binaries, args: argparse.Namespace) -> int:
         controller.start()
         print(f"""
 Kubernetes {binaries.kubernetes_version} is up at {cluster.plane.url}, with the gate installed
-(webhooks -> {cluster.gate.url}/validate; {len(cluster.gate.replicas)} replica(s), logs in {cluster.gate.directory}).
+(webhooks -> {cluster.gate.url}/validate; {len(cluster.gate.replicas)} replica(s), logs in {cluster.gate.directory}).\
+{_apiservers(cluster.plane)}
 The reference story from apply to gone (run from the repository's root; a test runs these lines verbatim):
 
 {quick_start(args.kubeconfig_out.resolve(), kubectl)}
@@ -114,6 +124,16 @@ Ctrl-C stops everything.""", flush=True)
     if args.dir is None:
         shutil.rmtree(directory, ignore_errors=True)
     return 0
+
+
+def _apiservers(plane: ControlPlane) -> str:
+    """With several API servers: which is where (the URL above is their balancer's)."""
+    if plane.apiservers == 1:
+        return ""
+    each = "".join(f"\n  API server {i}: {url}   (the admin pinned to it: KUBECONFIG={plane.kubeconfig_for(i)})"
+                   for i, url in enumerate(plane.urls))
+    return (f"\n{plane.url} is a TCP balancer (a new API server per connection, TLS passed through) in front of "
+            f"{plane.apiservers} kube-apiservers over the one etcd:{each}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ a call that failed (no connection, TLS handshake refused, timeout, an HTTP error
 answer) as rejected="true" with error_type="calling_webhook_error" - except a call cut short by its
 request's cancelled context, which only request_total counts. So "failed calls" below is every
 rejected call that was not the gate's own denial, which catches that case too.
+
+Each kube-apiserver counts its own calls. With several behind a balancer, a client's connection reaches
+one of them, so two scrapes through it could read two different API servers' counters; `scrape(plane)`
+asks each API server directly and sums.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections import Counter
 import attrs
 
 from .client import Client
+from .controlplane import ControlPlane
 
 REQUESTS = "apiserver_admission_webhook_request_total"
 REJECTIONS = "apiserver_admission_webhook_rejection_count"
@@ -36,15 +41,27 @@ LABEL = re.compile(r'(\w+)="([^"]*)"')
 Sample = tuple[str, tuple[tuple[str, str], ...]]  # (metric, sorted labels)
 
 
-def scrape(admin: Client) -> Counter[Sample]:
-    """The two counters' samples for the gate's webhooks, now (the admin client may read /metrics)."""
-    response = admin.request("GET", "/metrics")
-    response.raise_for_status()
-    return samples(response.text)
+def scrape(source: ControlPlane | Client, *, webhooks: str = GATE_WEBHOOKS) -> Counter[Sample]:
+    """The two counters' samples for the gate's webhooks (those whose name ends with `webhooks`), now: summed
+    over every API server of a control plane (each read as the admin, who may read /metrics), or those of
+    the one API server a client reaches."""
+    if isinstance(source, Client):
+        response = source.request("GET", "/metrics")
+        response.raise_for_status()
+        return samples(response.text, webhooks=webhooks)
+    total: Counter[Sample] = Counter()
+    for index in range(source.apiservers):
+        admin = Client(source.kubeconfig_for(index))
+        try:
+            total.update(scrape(admin, webhooks=webhooks))
+        finally:
+            admin.close()
+    return total
 
 
-def samples(metrics_text: str) -> Counter[Sample]:
-    """The two counters' samples for the gate's webhooks in Prometheus text. Read line by line, not with
+def samples(metrics_text: str, *, webhooks: str = GATE_WEBHOOKS) -> Counter[Sample]:
+    """The two counters' samples for the gate's webhooks (or those whose name ends with `webhooks`) in
+    Prometheus text. Read line by line, not with
     prometheus_client's parser, which renames the sample of a counter not ending in _total
     (webhook_rejection_count becomes webhook_rejection_count_total)."""
     found: Counter[Sample] = Counter()
@@ -53,7 +70,7 @@ def samples(metrics_text: str) -> Counter[Sample]:
         if match is None or match["metric"] not in (REQUESTS, REJECTIONS):
             continue
         labels = dict(LABEL.findall(match["labels"]))
-        if labels.get("name", "").endswith(GATE_WEBHOOKS):
+        if labels.get("name", "").endswith(webhooks):
             found[(match["metric"], tuple(sorted(labels.items())))] += int(float(match["value"]))
     return found
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,9 @@ class RealCluster:
     def kubeconfig(self) -> Path:
         return self.plane.admin_kubeconfig
 
-    def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> Any:
-        return self.plane.kubectl(*args, input=input, timeout=timeout)
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 60, kubeconfig: Path | None = None) -> Any:
+        """kubectl as the admin, through the balancer (or `kubeconfig`, e.g. `plane.kubeconfig_for(i)`)."""
+        return self.plane.kubectl(*args, input=input, timeout=timeout, kubeconfig=kubeconfig)
 
     def logs(self) -> str:
         return f"{self.plane.logs()}\n{self.gate.logs()}"
@@ -47,11 +48,13 @@ def built_binaries() -> Binaries:
 
 
 @contextlib.contextmanager
-def real_cluster(binaries: Binaries, directory: Path, *, replicas: int = 1,
-                 workloads: bool = True) -> Iterator[RealCluster]:
-    """etcd, kube-apiserver, kube-controller-manager (and with `workloads` kube-scheduler, kwok and its
-    Node: pods run), the install applied, `replicas` gates serving."""
-    plane = ControlPlane(binaries, directory, workloads=workloads)
+def real_cluster(binaries: Binaries, directory: Path, *, replicas: int = 1, workloads: bool = True,
+                 apiservers: int = 1, lagging: Sequence[int] = ()) -> Iterator[RealCluster]:
+    """etcd, `apiservers` kube-apiservers (behind a balancer when more than one; those in `lagging` read
+    their webhook configurations through a pausable proxy, `plane.webhook_lag(i)`), kube-controller-manager
+    (and with `workloads` kube-scheduler, kwok and its Node: pods run), the install applied, `replicas`
+    gates serving (through the balancer)."""
+    plane = ControlPlane(binaries, directory, workloads=workloads, apiservers=apiservers, lagging=lagging)
     gate: InstalledGate | None = None
     admin: Client | None = None
     try:

@@ -27,6 +27,37 @@ What runs, and why it is enough for the gate:
   plane of their own): no scheduler and no Node, pods stay Pending, and a pod never bound to a node
   goes at once on DELETE (no graceful termination without a kubelet to run it).
 
+More than one API server (`apiservers=N`, as kubeadm's HA control plane runs them; one by default):
+- N kube-apiservers over the one etcd, each on its own port with its own log and audit log, all with
+  the same flags otherwise: one serving pair (its SANs hold 127.0.0.1, which names every port), one
+  client CA, one ServiceAccount signing key (a token one issues, another accepts).
+  `--endpoint-reconciler-type none` stays: nothing here reads the `kubernetes` Service's endpoints,
+  so no API server has to publish itself.
+- A loopback TCP balancer (tests/realcluster/loadbalancer.py) in front of them: each new connection to
+  the next API server, TLS passed through. `url` and `admin_kubeconfig` point at it, so the admin's
+  kubectl runs, the gate (its kubeconfig is written from `url`) and Flux spread over the API servers
+  as clients of a load-balanced control plane do; `urls[i]` and `kubeconfig_for(i)` reach API server
+  i alone. The control plane's own clients are pinned, as on kubeadm's nodes: the controller manager
+  to API server 0, the scheduler to 1, kwok to 2 (modulo N).
+- Each API server has its own webhook configuration informer, fed by its own watch cache, and
+  nothing in Kubernetes bounds how far one lags behind another. `lagging=(i, ...)` makes that lag a
+  test's to decide: API server i reads its webhook configurations (`lagging_resources`: validating,
+  and optionally mutating) from etcd through a proxy, `webhook_lag(i)`, that holds the bytes while
+  paused, so its watch stalls - the informer still serves the configuration it had - and resumed, it
+  catches up from where it stopped. Every other resource it reads directly, so its writes of
+  anything else go through while paused. Two side effects, both of the proxy and not of a real lag:
+  while paused, that API server's /readyz fails (it checks each etcd override's health, so nothing
+  waits on it then), and a pause of more than ~40 s makes its etcd client re-dial (gRPC keepalive
+  30 s + 10 s timeout) before it catches up on resume.
+  Why it is enough: the hazard is per API server, between a webhook configuration stored and that
+  API server's informer holding it, and this produces exactly that state on a real kube-apiserver,
+  for as long as a test needs, with everything else of the cluster current.
+- One limit: kube-apiserver names its identity Lease after a hash of the host name
+  (https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/server/config.go#L404-L431),
+  so the N API servers of one machine share one Lease in kube-system (label
+  apiserver.kubernetes.io/identity=kube-apiserver), each renewing it as its holder in turn: counting
+  API servers by their identity Leases finds one here.
+
 Every process listens on a free loopback port (asked of the kernel), writes its log to a file in the
 run's directory (kept, and printed by `ControlPlane.logs()`, when a test fails), is polled for
 readiness rather than waited for, and is stopped with SIGTERM (SIGKILL after a grace period).
@@ -46,7 +77,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -59,8 +90,15 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from criticalsvc import certs
 
 from .build import Binaries
+from .loadbalancer import Backend, LoadBalancer
 
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/24"
+ADMISSION_REGISTRATION = "admissionregistration.k8s.io"
+VALIDATING_WEBHOOK_CONFIGURATIONS = "validatingwebhookconfigurations"
+MUTATING_WEBHOOK_CONFIGURATIONS = "mutatingwebhookconfigurations"
+# What a lagging API server may read late (`lagging_resources`): the resources its admission plugins'
+# webhook informers watch.
+WEBHOOK_CONFIGURATIONS = (VALIDATING_WEBHOOK_CONFIGURATIONS, MUTATING_WEBHOOK_CONFIGURATIONS)
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 # The controllers a teardown meets (kube-controller-manager --help lists the names; the *-controller
 # spelling is accepted since 1.28, the one before it still as an alias).
@@ -235,30 +273,135 @@ def write_kubeconfig(path: Path, *, server: str, ca_cert: Path, user: dict[str, 
 
 
 @attrs.define
+class WebhookLag:
+    """API server i's view of its webhook configurations, through a proxy to etcd a test can pause:
+    `pause()` holds the bytes (the API server's watch on those resources stalls, as a lagging informer
+    does; nothing is dropped), `resume()` lets them flow, `with lag:` is paused inside the block.
+
+    While paused, that API server's own reads and writes of webhook configurations wait too (a GET or
+    LIST is a consistent read, from etcd through the same proxy; `kubectl get
+    validatingwebhookconfigurations` times out), and so does its /readyz: send those through another
+    API server. Everything else it serves at once."""
+
+    index: int
+    resources: tuple[str, ...]
+    proxy: LoadBalancer
+
+    def pause(self) -> None:
+        self.proxy.pause()
+
+    def resume(self) -> None:
+        self.proxy.resume()
+
+    @property
+    def paused(self) -> bool:
+        return self.proxy.paused
+
+    def __enter__(self) -> WebhookLag:
+        self.pause()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.resume()
+
+
+def _indexes(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(value)
+
+
+def _resources(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _valid_apiservers(_: object, __: object, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"ControlPlane(apiservers={value}): at least one kube-apiserver")
+
+
+@attrs.define
 class ControlPlane:
-    """etcd + kube-apiserver + kube-controller-manager in `directory`, and with `workloads`
-    kube-scheduler + kwok and its Node; `start()`, then `stop()`."""
+    """etcd + `apiservers` kube-apiservers (+ a balancer in front when more than one) +
+    kube-controller-manager in `directory`, and with `workloads` kube-scheduler + kwok and its Node;
+    `start()`, then `stop()`. Each API server index in `lagging` reads `lagging_resources` through a
+    pausable proxy to etcd (`webhook_lag(i)`)."""
 
     binaries: Binaries
     directory: Path
     workloads: bool = False
+    apiservers: int = attrs.field(default=1, validator=_valid_apiservers)
+    lagging: tuple[int, ...] = attrs.field(default=(), converter=_indexes)
+    lagging_resources: tuple[str, ...] = attrs.field(default=(VALIDATING_WEBHOOK_CONFIGURATIONS,),
+                                                     converter=_resources)
     pki: PKI = attrs.field(init=False)
     etcd: Process = attrs.field(init=False)
-    apiserver: Process = attrs.field(init=False)
+    kube_apiservers: list[Process] = attrs.field(init=False, factory=list)
     controller_manager: Process = attrs.field(init=False)
     scheduler: Process = attrs.field(init=False)
     kwok: Process = attrs.field(init=False)
-    apiserver_port: int = attrs.field(init=False, default=0)
+    apiserver_ports: list[int] = attrs.field(init=False, factory=list)
     etcd_url: str = attrs.field(init=False, default="")
     admin_kubeconfig: Path = attrs.field(init=False)
+    balancer: LoadBalancer | None = attrs.field(init=False, default=None)  # in front of the API servers, N > 1
+    _lags: dict[int, WebhookLag] = attrs.field(init=False, factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        wrong = [i for i in self.lagging if not 0 <= i < self.apiservers]
+        if wrong:
+            raise ValueError(f"ControlPlane(lagging={self.lagging}): no API server {wrong[0]} among "
+                             f"{self.apiservers} (indexes 0..{self.apiservers - 1})")
+        unknown = [r for r in self.lagging_resources if r not in WEBHOOK_CONFIGURATIONS]
+        if unknown:
+            raise ValueError(f"ControlPlane(lagging_resources={self.lagging_resources}): {unknown[0]!r} is not "
+                             f"one of {', '.join(WEBHOOK_CONFIGURATIONS)}")
+
+    @property
+    def apiserver(self) -> Process:
+        """API server 0 (the only one unless `apiservers` > 1)."""
+        return self.kube_apiservers[0]
+
+    @property
+    def apiserver_port(self) -> int:
+        return self.apiserver_ports[0] if self.apiserver_ports else 0
+
+    @property
+    def urls(self) -> list[str]:
+        """Each API server's own URL, by index."""
+        return [f"https://127.0.0.1:{port}" for port in self.apiserver_ports]
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.apiserver_port}"
+        """Where clients go: the API server, or with more than one the balancer in front of them all."""
+        return self.balancer.url if self.balancer is not None else f"https://127.0.0.1:{self.apiserver_port}"
+
+    def kubeconfig_for(self, index: int) -> Path:
+        """The admin's kubeconfig pinned to API server `index` (with one API server, `admin_kubeconfig`)."""
+        self._check_index(index, "kubeconfig_for")
+        if self.apiservers == 1:
+            return self.admin_kubeconfig
+        return self.directory / f"admin-apiserver-{index}.kubeconfig"
+
+    def webhook_lag(self, index: int) -> WebhookLag:
+        """API server `index`'s pausable view of its webhook configurations (it must be in `lagging`)."""
+        self._check_index(index, "webhook_lag")
+        if index not in self._lags:
+            raise ValueError(f"webhook_lag({index}): API server {index} is not lagging (ControlPlane(lagging="
+                             f"{self.lagging}) decides which read their webhook configurations through a proxy)")
+        return self._lags[index]
+
+    def _check_index(self, index: int, what: str) -> None:
+        if not 0 <= index < self.apiservers:
+            raise ValueError(f"{what}({index}): no API server {index} among {self.apiservers} "
+                             f"(indexes 0..{self.apiservers - 1})")
+
+    def _suffix(self, index: int) -> str:
+        """How API server `index`'s files and process are told apart: nothing when it is the only one."""
+        return "" if self.apiservers == 1 else f"-{index}"
 
     def processes(self) -> list[Process]:
-        names = ("etcd", "apiserver", "controller_manager", "scheduler", "kwok")
-        return [p for p in (getattr(self, n, None) for n in names) if p is not None]
+        before = [p for p in (getattr(self, "etcd", None),) if p is not None]
+        after = [p for p in (getattr(self, n, None) for n in ("controller_manager", "scheduler", "kwok"))
+                 if p is not None]
+        return [*before, *self.kube_apiservers, *after]
 
     def start(self) -> ControlPlane:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -279,19 +422,41 @@ class ControlPlane:
         poll(lambda: _http_ok(f"{self.etcd_url}/health"), timeout=READY_TIMEOUT, what="etcd /health",
              alive=self.etcd.check_alive)
 
-        self.apiserver_port = free_port()
-        self.apiserver = Process("kube-apiserver", self.apiserver_argv(), self.directory / "kube-apiserver.log")
-        self.apiserver.start()
+        for index in self.lagging:
+            proxy = LoadBalancer(free_port(), name=f"etcd-lag-{index}",
+                                 backends=[Backend("etcd", client_port)]).start()
+            self._lags[index] = WebhookLag(index, self.lagging_resources, proxy)
+        # All at once, as a control plane's API servers come up after a restart; each bootstrap step they
+        # share (RBAC defaults, system namespaces) tolerates another one having done it.
+        self.apiserver_ports = [free_port() for _ in range(self.apiservers)]
+        self.kube_apiservers = [Process(f"kube-apiserver{self._suffix(i)}", self.apiserver_argv(i),
+                                        self.directory / f"kube-apiserver{self._suffix(i)}.log")
+                                for i in range(self.apiservers)]
+        for process in self.kube_apiservers:
+            process.start()
         self.wait_apiserver_ready()
+        if self.apiservers > 1:
+            self.balancer = LoadBalancer(free_port(), name="apiserver-balancer", backends=[
+                Backend(p.name, port) for p, port in zip(self.kube_apiservers, self.apiserver_ports, strict=True)
+            ]).start()
+        admin = {"client-certificate": str(self.pki.admin_cert), "client-key": str(self.pki.admin_key)}
         self.admin_kubeconfig = write_kubeconfig(
             self.directory / "admin.kubeconfig", server=self.url, ca_cert=self.pki.ca_cert, name="realcluster-admin",
-            user={"client-certificate": str(self.pki.admin_cert), "client-key": str(self.pki.admin_key)})
+            user=admin)
+        if self.apiservers > 1:
+            for index, url in enumerate(self.urls):
+                write_kubeconfig(self.kubeconfig_for(index), server=url, ca_cert=self.pki.ca_cert,
+                                 name=f"realcluster-admin-apiserver-{index}", user=admin)
 
+        # The control plane's own clients, each on an API server of its own (as kubeadm points each
+        # control-plane node's components at that node's API server): the controller manager on 0, the
+        # scheduler on 1, kwok (the kubelet) on 2, wrapping around with fewer.
+        kcm_kubeconfig = self._component_kubeconfig(0)
         kcm_port = free_port()
         self.controller_manager = Process("kube-controller-manager", [
-            str(self.binaries.kube_controller_manager), "--kubeconfig", str(self.admin_kubeconfig),
-            "--authentication-kubeconfig", str(self.admin_kubeconfig),
-            "--authorization-kubeconfig", str(self.admin_kubeconfig),
+            str(self.binaries.kube_controller_manager), "--kubeconfig", kcm_kubeconfig,
+            "--authentication-kubeconfig", kcm_kubeconfig,
+            "--authorization-kubeconfig", kcm_kubeconfig,
             "--bind-address", "127.0.0.1", "--secure-port", str(kcm_port),
             "--controllers", ",".join(CONTROLLERS + (WORKLOAD_CONTROLLERS if self.workloads else ())),
             "--leader-elect=false",
@@ -315,10 +480,11 @@ class ControlPlane:
         """kube-scheduler, the fake Node and kwok; returns once the Node is Ready and untainted, so a
         pod created now is scheduled and run."""
         scheduler_port = free_port()
+        scheduler_kubeconfig = self._component_kubeconfig(1)
         self.scheduler = Process("kube-scheduler", [
-            str(self.binaries.kube_scheduler), "--kubeconfig", str(self.admin_kubeconfig),
-            "--authentication-kubeconfig", str(self.admin_kubeconfig),
-            "--authorization-kubeconfig", str(self.admin_kubeconfig),
+            str(self.binaries.kube_scheduler), "--kubeconfig", scheduler_kubeconfig,
+            "--authentication-kubeconfig", scheduler_kubeconfig,
+            "--authorization-kubeconfig", scheduler_kubeconfig,
             "--bind-address", "127.0.0.1", "--secure-port", str(scheduler_port), "--leader-elect=false",
         ], self.directory / "kube-scheduler.log")
         self.scheduler.start()
@@ -335,7 +501,7 @@ class ControlPlane:
             raise ControlPlaneError(f"could not create the Node {KWOK_NODE}: {created.stderr.strip()}")
         kwok_port = free_port()
         self.kwok = Process("kwok", [
-            str(self.binaries.kwok), "--kubeconfig", str(self.admin_kubeconfig),
+            str(self.binaries.kwok), "--kubeconfig", self._component_kubeconfig(2),
             "--config", str(self.binaries.kwok_stages),
             "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector", f"{KWOK_ANNOTATION}=fake",
             "--node-ip", "127.0.0.1", "--cidr", KWOK_POD_CIDR, "--server-address", f"127.0.0.1:{kwok_port}",
@@ -356,39 +522,80 @@ class ControlPlane:
         return bool(ready) and ready[0]["status"] == "True" and not node.get("spec", {}).get("taints")
 
     @property
-    def audit_log(self) -> Path:
-        """The API server's audit log: one JSON line per request the gate's ServiceAccount makes."""
-        return self.directory / "audit.log"
+    def audit_logs(self) -> list[Path]:
+        """Each API server's audit log, by index: one JSON line per request the gate's ServiceAccount makes."""
+        return [self.directory / f"audit{self._suffix(i)}.log" for i in range(self.apiservers)]
 
-    def apiserver_argv(self) -> list[str]:
+    @property
+    def audit_log(self) -> Path:
+        """The audit log: the API server's; with more than one, every API server's events merged into one file
+        now (rewritten at each access; `gate_requests` also reads `audit_logs` directly)."""
+        if self.apiservers == 1:
+            return self.audit_logs[0]
+        merged = self.directory / "audit-merged.log"
+        with merged.open("w") as out:
+            for log in self.audit_logs:
+                if log.exists():
+                    # Whole lines only: an API server may be writing its last one right now.
+                    out.writelines(line for line in log.read_text().splitlines(keepends=True) if line.endswith("\n"))
+        return merged
+
+    def _component_kubeconfig(self, index: int) -> str:
+        """A control-plane component's kubeconfig: the admin's pinned to API server `index` mod N."""
+        return str(self.kubeconfig_for(index % self.apiservers))
+
+    def apiserver_argv(self, index: int = 0) -> list[str]:
         pki = self.pki
         policy = self.directory / "audit-policy.yaml"
         policy.write_text(AUDIT_POLICY)
-        return [
+        # kubeadm's HA layout: every API server over the one etcd, with the same serving pair (its SANs
+        # hold 127.0.0.1, any port), client CA and ServiceAccount keys, so a token one issues the others accept.
+        argv = [
             str(self.binaries.kube_apiserver), "--etcd-servers", self.etcd_url,
             "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-            "--secure-port", str(self.apiserver_port),
+            "--secure-port", str(self.apiserver_ports[index]),
             "--tls-cert-file", str(pki.apiserver_cert), "--tls-private-key-file", str(pki.apiserver_key),
             "--client-ca-file", str(pki.ca_cert), "--authorization-mode", "RBAC",
             "--service-account-issuer", ISSUER, "--service-account-key-file", str(pki.sa_pub),
             "--service-account-signing-key-file", str(pki.sa_key),
             "--service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE,
-            "--cert-dir", str(self.directory / "apiserver-certs"),
+            "--cert-dir", str(self.directory / f"apiserver-certs{self._suffix(index)}"),
             # The `kubernetes` Service's endpoints may not be a loopback address; nothing here needs them.
             "--endpoint-reconciler-type", "none",
             "--profiling=false", "--enable-priority-and-fairness=false",
-            "--audit-policy-file", str(policy), "--audit-log-path", str(self.audit_log),
+            "--audit-policy-file", str(policy), "--audit-log-path", str(self.audit_logs[index]),
             "--audit-log-format", "json",
         ]
+        if index in self._lags:
+            # group/resource#servers, one override per resource, comma separated (EtcdOptions.AddFlags and
+            # ParseEtcdServersOverrides, https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/server/options/etcd.go#L130-L134
+            # and #L630-L653). The storage factory gives these resources a storage of their own on those
+            # servers (https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/kubeapiserver/default_storage_factory_builder.go#L150-L160),
+            # so their watch cache watches etcd through the proxy, and the admission plugin's webhook
+            # configuration informer - a loopback client of this API server, served from that watch cache
+            # (https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/configuration/validating_webhook_manager.go#L56-L70)
+            # - sees a change only once the proxy lets it through. Every other resource reads etcd directly.
+            proxied = f"http://127.0.0.1:{self._lags[index].proxy.port}"
+            argv += ["--etcd-servers-overrides",
+                     ",".join(f"{ADMISSION_REGISTRATION}/{resource}#{proxied}" for resource in self.lagging_resources)]
+        return argv
 
-    def wait_apiserver_ready(self) -> None:
-        poll(lambda: _http_ok(f"{self.url}/readyz", ca=self.pki.ca_cert), timeout=READY_TIMEOUT,
-             what="kube-apiserver /readyz", alive=self.apiserver.check_alive, interval=0.2)
+    def wait_apiserver_ready(self, index: int | None = None) -> None:
+        """Wait for /readyz of API server `index`, or of every one. A lagging API server that is paused is not
+        ready (its override's etcd check stalls), so wait for it only when resumed."""
+        for i in range(self.apiservers) if index is None else (index,):
+            process = self.kube_apiservers[i]
+            poll(lambda i=i: _http_ok(f"{self.urls[i]}/readyz", ca=self.pki.ca_cert),  # type: ignore[misc]
+                 timeout=READY_TIMEOUT, what=f"{process.name} /readyz", alive=process.check_alive, interval=0.2)
 
-    def restart_apiserver(self) -> None:
-        self.apiserver.stop()
-        self.apiserver.start()
-        self.wait_apiserver_ready()
+    def restart_apiserver(self, index: int | None = None) -> None:
+        """Restart API server `index` (SIGTERM, start, /readyz), or every one in turn, each once the one
+        before is ready (a rolling restart; with one API server, that one)."""
+        for i in range(self.apiservers) if index is None else (index,):
+            self._check_index(i, "restart_apiserver")
+            self.kube_apiservers[i].stop()
+            self.kube_apiservers[i].start()
+            self.wait_apiserver_ready(i)
 
     def wait_etcd_ready(self) -> None:
         poll(lambda: _http_ok(f"{self.etcd_url}/health"), timeout=READY_TIMEOUT, what="etcd /health",
@@ -419,8 +626,16 @@ class ControlPlane:
         return "\n".join(f"--- {p.name} ({p.log_path}) ---\n{p.tail(lines)}" for p in self.processes())
 
     def stop(self) -> None:
+        for lag in self._lags.values():
+            lag.resume()  # an API server waiting on a held etcd connection shuts down slowly
         for process in reversed(self.processes()):
             process.stop()
+        for lag in self._lags.values():
+            lag.proxy.stop()
+        self._lags.clear()
+        if self.balancer is not None:
+            self.balancer.stop()
+            self.balancer = None
 
 
 def _http_ok(url: str, *, ca: Path | None = None, insecure: bool = False) -> bool:
@@ -439,21 +654,25 @@ def _http_ok(url: str, *, ca: Path | None = None, insecure: bool = False) -> boo
 
 
 @contextlib.contextmanager
-def running(binaries: Binaries, directory: Path, *, workloads: bool = False) -> Iterator[ControlPlane]:
-    plane = ControlPlane(binaries, directory, workloads=workloads)
+def running(binaries: Binaries, directory: Path, *, workloads: bool = False, apiservers: int = 1,
+            lagging: Sequence[int] = ()) -> Iterator[ControlPlane]:
+    plane = ControlPlane(binaries, directory, workloads=workloads, apiservers=apiservers, lagging=lagging)
     try:
         yield plane.start()
     finally:
         plane.stop()
 
 
-def gate_requests(audit_log: Path, *, since: float = 0.0) -> list[dict[str, str]]:
-    """The gate's requests in the audit log (one per request: verb, resource, name, code), after `since`
-    (a Unix time). A watch is counted once, when its response started."""
+def gate_requests(audit_log: Path | Sequence[Path], *, since: float = 0.0) -> list[dict[str, str]]:
+    """The gate's requests in the audit log, or in several (each API server's: an audit ID is unique
+    across them), one per request: verb, resource, name, code, after `since` (a Unix time). A watch is
+    counted once, when its response started."""
     seen: dict[str, dict[str, str]] = {}
-    if not audit_log.exists():
-        return []
-    for line in audit_log.read_text().splitlines():
+    logs = [audit_log] if isinstance(audit_log, Path) else list(audit_log)
+    lines = [line for log in logs if log.exists() for line in log.read_text().splitlines(keepends=True)]
+    for line in lines:
+        if not line.endswith("\n"):
+            continue  # being written right now
         event = json.loads(line)
         stamp = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
         if stamp.timestamp() < since or event["auditID"] in seen:
