@@ -44,6 +44,7 @@ RESEND = 5.0  # a label PATCHed is not PATCHed again before the cache had this l
 MAX_IN_FLIGHT = 8
 REQUEST_TIMEOUT = 5.0
 MERGE_PATCH = "application/merge-patch+json"
+FIELD_MANAGER = "criticalsvc"
 
 
 class Labeller:
@@ -128,8 +129,11 @@ class Labeller:
         path = t.path(namespace=ref.namespace or None, name=ref.name)
         self.writes += 1
         try:
+            # Under a field manager of its own: server-side appliers (Flux, Argo CD's server-side diff) see the two
+            # labels as another manager's fields, neither drift nor theirs to remove.
             await self.transport.send("PATCH", path, protectionlabels.merge_patch(add=add, remove=remove),
-                                      timeout=REQUEST_TIMEOUT, content_type=MERGE_PATCH)
+                                      timeout=REQUEST_TIMEOUT, content_type=MERGE_PATCH,
+                                      params=[("fieldManager", FIELD_MANAGER)])
         except APIStatusError as exc:
             if exc.not_found:
                 self.metrics.protection_labels.labels("gone").inc()

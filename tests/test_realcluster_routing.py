@@ -9,8 +9,9 @@
   are held, all go through at once; the protected DELETE and the held UPDATE are refused ("failed calling
   webhook"). While the gate runs, the unprotected requests do not even reach it (its decision counter stays).
 * **The negative controls**, in the same outage: the owned configuration edited by hand to be broad (its
-  matchConditions removed), an unprotected DELETE fails; edited to leave the provider out, the protected
-  DELETE (dry run) goes through - so each assertion above can fail.
+  matchConditions removed, Deployments added), an unprotected DELETE fails; the shipped `protected.gate` edited
+  to select another label than the one the gate wrote on the provider, the protected DELETE (dry run) goes
+  through - so each assertion above can fail.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from criticalsvc.routing import DELETE_WEBHOOK, PROVIDERS_CONFIGURATION
+from criticalsvc.api import PROTECTED_LABEL
+from criticalsvc.routing import DELETE_WEBHOOK, LABELS_WEBHOOK, PROVIDERS_CONFIGURATION, SHIPPED_CONFIGURATION
 from tests.backends import deployment_manifest, unique, widget_crd
 from tests.realcluster.cluster import RealCluster
 from tests.realcluster.teardown import wait_for
@@ -221,6 +223,8 @@ def test_an_outage_refuses_only_what_is_protected(readable: RealCluster) -> None
     owned_path = f"{CONFIGURATIONS}/{PROVIDERS_CONFIGURATION}"
     owned = cluster.admin.get(owned_path)
     assert owned is not None
+    shipped_path = f"{CONFIGURATIONS}/{SHIPPED_CONFIGURATION}"
+    shipped = cluster.admin.get(shipped_path)
     try:
         # While the gate runs, what it does not protect never reaches it.
         before = _decisions(cluster)
@@ -245,35 +249,41 @@ def test_an_outage_refuses_only_what_is_protected(readable: RealCluster) -> None
                 assert answer.status_code == 500, (path, answer.status_code, answer.text)
                 assert "failed calling webhook" in answer.json()["message"], answer.text
 
-            # Negative control 1: the same routes, broad (no matchConditions): an unprotected DELETE now waits and
-            # fails. The leader is stopped, so nothing rewrites the configuration meanwhile.
+            # Negative control 1: the same routes, broad (no matchConditions, and Deployments among its rules): an
+            # unprotected DELETE now waits and fails. The leader is stopped, so nothing rewrites it meanwhile.
             broad = copy.deepcopy(cluster.admin.get(owned_path))
             assert broad is not None
             for webhook in broad["webhooks"]:
                 if webhook["name"] == DELETE_WEBHOOK:
                     webhook.pop("matchConditions", None)
+                    webhook["rules"].append({"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["DELETE"],
+                                             "resources": ["deployments"], "scope": "Namespaced"})
             assert cluster.admin.request("PUT", owned_path, json=broad).status_code == 200
             wait_for(lambda: cluster.admin.delete(f"/apis/apps/v1/namespaces/{free}/deployments/"
                                                   f"{free_deployments[4]}", params={"dryRun": "All"}
                                                   ).status_code == 500, timeout=30,
                      what="an unprotected DELETE failing once the routes are broad")
 
-            # Negative control 2: the provider left out of what is rendered: its DELETE (a dry run) goes through.
-            narrow = copy.deepcopy(owned)
-            narrow["metadata"] = {**narrow["metadata"],
-                                  "resourceVersion": cluster.admin.get(owned_path)["metadata"]["resourceVersion"]}
-            for webhook in narrow["webhooks"]:
-                for condition in webhook.get("matchConditions") or []:
-                    condition["expression"] = condition["expression"].replace(f"'{guarded}/provider'", "'-/-'")
-            assert cluster.admin.request("PUT", owned_path, json=narrow).status_code == 200
+            # Negative control 2: the provider is labelled criticalsvc.io/protected, and the shipped protected.gate
+            # selecting that label is what sends its DELETE: with the selector pointed elsewhere, its DELETE (a dry
+            # run) goes through.
+            assert cluster.admin.get(provider)["metadata"]["labels"].get(PROTECTED_LABEL) == "true"
+            elsewhere = copy.deepcopy(cluster.admin.get(shipped_path))
+            for webhook in elsewhere["webhooks"]:
+                if webhook["name"] == LABELS_WEBHOOK:
+                    webhook["objectSelector"]["matchExpressions"][0]["key"] = "criticalsvc.io/nowhere"
+            assert cluster.admin.request("PUT", shipped_path, json=elsewhere).status_code == 200
             wait_for(lambda: cluster.admin.delete(provider, params={"dryRun": "All"}).status_code == 200, timeout=30,
-                     what="the protected DELETE going through once the provider is left out")
+                     what="the protected DELETE going through once the label selects nothing")
 
             # The namespace nobody protects goes at once too (last: the first control needs its Deployment).
             answer, took = _timed(lambda: cluster.admin.delete(f"/api/v1/namespaces/{free}"))
             assert answer.status_code == 200 and took < AT_ONCE, (took, answer.text)
     finally:
-        # The leader rewrites the configuration at its next resync (it differs from what it renders).
+        restored = copy.deepcopy(shipped)
+        restored["metadata"]["resourceVersion"] = cluster.admin.get(shipped_path)["metadata"]["resourceVersion"]
+        assert cluster.admin.request("PUT", shipped_path, json=restored).status_code == 200
+        # The leader rewrites its own configuration at its next resync (it differs from what it renders).
         wait_for(lambda: cluster.admin.delete(provider, params={"dryRun": "All"}).status_code == 403, timeout=60,
                  what="the gate's own routes back")
         cluster.admin.delete(f"/api/v1/namespaces/{guarded}/configmaps/blocker")
