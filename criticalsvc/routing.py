@@ -364,21 +364,15 @@ def render(wanted: Desired, shipped: Mapping[str, Any], *, probe_namespace: str)
         mine = [r for r in routes if r.operation == operation and kinds(r.group_resource)]
         if not mine:
             continue
-        rules = _rules(mine, wanted.types)
-        condition, why = _condition(mine)
-        # Who is broad: the routes that are broad themselves (a selector without a namespace routes every namespace
-        # DELETE: that CriticalService is the cause, the others it subsumes are not), or every route of a webhook
-        # whose condition is too large to write.
-        broad.update((r, why) for r in mine if r.broad)
-        if condition is not None and len(condition) > MAX_EXPRESSION_CHARS:
-            why = (f"its matchCondition would be {len(condition):,} characters, past the {MAX_EXPRESSION_CHARS:,} "
-                   "the gate writes (the API server's CEL parser stops at 100,000): every request of these types "
-                   "is sent")
-            condition = None
-            broad.update((r, why) for r in mine)
-        webhooks.append(_webhook(name, rules, template, object_selector=selector,
-                                 conditions=[] if condition is None else [{"name": "protected", "expression":
-                                                                           condition}]))
+        for i, (part, condition, why, too_large) in enumerate(_shards(mine)):
+            # Who is broad: the routes that are broad themselves (a selector without a namespace routes every
+            # namespace DELETE: that CriticalService is the cause, the others it subsumes are not), or every route
+            # of a webhook whose condition is too large to write even alone.
+            broad.update((r, why) for r in part if r.broad or too_large)
+            shard = name if i == 0 else name.replace(".gate.", f"-{i + 1}.gate.", 1)
+            webhooks.append(_webhook(shard, _rules(part, wanted.types), template, object_selector=selector,
+                                     conditions=[] if condition is None else [{"name": "protected", "expression":
+                                                                               condition}]))
     digest = _digest(webhooks)
     webhooks.append(_probe_webhook(template, digest, probe_namespace))
     configuration = {
@@ -393,6 +387,30 @@ def render(wanted: Desired, shipped: Mapping[str, Any], *, probe_namespace: str)
         "webhooks": webhooks,
     }
     return Rendered(configuration, digest, broad)
+
+
+def _shards(routes: list[Route]) -> list[tuple[list[Route], str | None, str, bool]]:
+    """`routes` as few webhooks as keep each matchCondition under MAX_EXPRESSION_CHARS: (routes, condition,
+    why, too large) each; condition None (every request of their types sent) only when a route is broad itself,
+    or (too large) when the routes would not fit even one to a webhook. The API server calls every webhook that matches, so routes split over
+    several webhooks route exactly what one would: 10,000 CriticalServices of the measured mix stay narrow
+    (operations.md, "Routing at 10,000")."""
+    condition, why = _condition(routes)
+    if condition is None or len(condition) <= MAX_EXPRESSION_CHARS:
+        return [(routes, condition, why, False)]
+    pieces = max(2, -(-len(condition) // (MAX_EXPRESSION_CHARS * 9 // 10)))
+    while True:
+        size = -(-len(routes) // pieces)
+        parts = [routes[i:i + size] for i in range(0, len(routes), size)]
+        shards = [(part, *_condition(part)) for part in parts]
+        if all(c is not None and len(c) <= MAX_EXPRESSION_CHARS for _part, c, _why in shards):
+            return [(part, c, w, False) for part, c, w in shards]
+        if size == 1:
+            too_long = (f"its matchCondition would be past the {MAX_EXPRESSION_CHARS:,} characters the gate writes "
+                        "(the API server's CEL parser stops at 100,000): every request of these types is sent")
+            return [(part, c, w, False) if c is not None and len(c) <= MAX_EXPRESSION_CHARS
+                    else (part, None, too_long, True) for part, c, w in shards]
+        pieces *= 2
 
 
 def _rules(routes: list[Route], types: Mapping[GroupResource, ResourceType]) -> list[dict[str, Any]]:

@@ -50,6 +50,11 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     binaries = built_binaries()
     with real_cluster(binaries, tmp_path_factory.mktemp("apiservers"), apiservers=3, lagging=(LAGGING,),
                       workloads=False) as cluster:
+        # The gate may read ConfigMaps (the criteria's blockers), as a user grants it (api/examples/rbac/).
+        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "read-configmaps", "labels": {"criticalsvc.io/aggregate-to-reader": "true"}},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]}
+        assert cluster.admin.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role).status_code == 201
         yield cluster
 
 
@@ -76,9 +81,12 @@ def _deployment(client: Client, namespace: str, name: str, labels: dict[str, str
     return f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
 
 
-def _critical_service(client: Client, name: str, provider: dict[str, Any], blocker_namespace: str,
-                      **spec: Any) -> None:
-    """Protects `provider` while ConfigMap `blocker` exists in `blocker_namespace` (created here)."""
+def _critical_service(client: Client, name: str, provider: dict[str, Any], namespace: str, **spec: Any) -> None:
+    """Protects `provider` while ConfigMap `blocker` exists in a namespace of its own (`namespace`-blockers,
+    created here): a criterion inside the provider's namespace would let that namespace go first (nsorder)."""
+    blocker_namespace = f"{namespace}-blockers"
+    client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                         "metadata": {"name": blocker_namespace}})
     client.create(f"/api/v1/namespaces/{blocker_namespace}/configmaps", {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "blocker"}})
     body = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": name},

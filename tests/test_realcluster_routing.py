@@ -268,6 +268,9 @@ def test_an_outage_refuses_only_what_is_protected(readable: RealCluster) -> None
             # selecting that label is what sends its DELETE: with the selector pointed elsewhere, its DELETE (a dry
             # run) goes through.
             assert cluster.admin.get(provider)["metadata"]["labels"].get(PROTECTED_LABEL) == "true"
+            back = copy.deepcopy(owned)  # the first control's broad routes undone
+            back["metadata"]["resourceVersion"] = cluster.admin.get(owned_path)["metadata"]["resourceVersion"]
+            assert cluster.admin.request("PUT", owned_path, json=back).status_code == 200
             elsewhere = copy.deepcopy(cluster.admin.get(shipped_path))
             for webhook in elsewhere["webhooks"]:
                 if webhook["name"] == LABELS_WEBHOOK:

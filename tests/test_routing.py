@@ -329,15 +329,22 @@ def test_an_update_carries_the_resource_version_and_keeps_others_labels() -> Non
     assert body["metadata"]["labels"]["team"] == "platform"
 
 
-def test_a_condition_past_the_size_limit_is_sent_broadly_and_says_so() -> None:
-    """Never less: the webhook loses its condition, so every request of its types reaches the gate."""
+def test_a_condition_past_the_size_limit_is_split_over_webhooks_and_stays_narrow() -> None:
+    """Never broader: routes whose one condition would pass the size the gate writes are split over several
+    webhooks (providers.gate, providers-2.gate, ...), each condition under the limit; every provider is named in
+    exactly one of them, a name no CriticalService protects in none, and nothing is broad."""
     many = [service(f"s{i}", CONFIGMAPS, namespace=f"namespace-{i:05d}") for i in range(MAX_EXPRESSION_CHARS // 15)]
     result = render(wanted(*many), shipped(), probe_namespace=PROBE_NAMESPACE)
-    providers = named(result.configuration)[DELETE_WEBHOOK]
-    assert "matchConditions" not in providers
-    assert all("past the" in why for why in result.broad.values()) and result.broad
+    shards = [w for w in result.configuration["webhooks"] if w["name"].startswith("providers")]
+    assert len(shards) >= 2 and not result.broad
+    expressions = [w["matchConditions"][0]["expression"] for w in shards]
+    assert all(len(e) <= MAX_EXPRESSION_CHARS for e in expressions)
+    for i in (0, len(many) // 2, len(many) - 1):
+        assert sum(f"'namespace-{i:05d}/p'" in e for e in expressions) == 1, i
+    assert not any("'namespace-99999/p'" in e for e in expressions)
+    assert [w["name"] for w in shards][:2] == [DELETE_WEBHOOK, DELETE_WEBHOOK.replace(".gate.", "-2.gate.")]
     few = render(wanted(*many[:10]), shipped(), probe_namespace=PROBE_NAMESPACE)
-    assert "matchConditions" in named(few.configuration)[DELETE_WEBHOOK] and not few.broad
+    assert [w["name"] for w in few.configuration["webhooks"] if w["name"].startswith("providers")] == [DELETE_WEBHOOK]
 
 
 # --- the label selector in CEL ------------------------------------------------------------------------------
