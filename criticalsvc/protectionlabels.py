@@ -76,19 +76,33 @@ def _gated(obj: KubeObject | None) -> bool:
         and not (obj.group_resource == NAMESPACES and obj.name in UNGATED_NAMESPACES)
 
 
-def protected_objects(cs: CriticalService, state: ClusterState) -> dict[ObjectRef, frozenset[str]]:
-    """The existing objects `cs` protects from DELETE, each with the labels it must carry. Raises
-    StateUnavailable when a type it needs is not readable now (then nothing is known to be carried)."""
+def provider_members(cs: CriticalService, state: ClusterState) -> list[KubeObject]:
+    """The existing providers of `cs` (the named one, or its selector's members); none while its type is not
+    served or is one nothing labels. For a selector this scans its type (in its namespace): the labeller keeps
+    the answer until an object of that type there is written (MemoryState.writes)."""
+    gr = state.resolve(cs.provider.group_resource)
+    if gr is None or gr in EXEMPT or gr == CRITICAL_SERVICES:
+        return []
+    if isinstance(cs.provider, ObjectRef):
+        found = state.get(ObjectRef(gr, cs.provider.namespace, cs.provider.name))
+        return [found] if found is not None else []
+    return list(provider_objects(cs.provider, state))
+
+
+def protected_objects(cs: CriticalService, state: ClusterState,
+                      members: list[KubeObject] | None = None) -> dict[ObjectRef, frozenset[str]]:
+    """The existing objects `cs` protects from DELETE, each with the labels it must carry (`members`: its
+    provider_members, when the caller has them). Raises StateUnavailable when a type it needs is not readable now
+    (then nothing is known to be carried)."""
     gr = state.resolve(cs.provider.group_resource)
     if gr is None or gr in EXEMPT or gr == CRITICAL_SERVICES:
         return {}
     labels = DELETE_AND_UPDATES if holds_updates(cs) else DELETE_ONLY
+    if members is None:
+        members = provider_members(cs, state)
     if isinstance(cs.provider, ObjectRef):
-        found = state.get(ObjectRef(gr, cs.provider.namespace, cs.provider.name))
-        members: Iterable[KubeObject] = [found] if found is not None else []
         namespaces = {cs.provider.namespace} if cs.provider.namespace else set()
     else:
-        members = list(provider_objects(cs.provider, state))
         namespaces = {cs.provider.namespace} if cs.provider.namespace else {m.namespace for m in members}
     out = {ref_of(m): labels for m in members if _gated(m)}
     for namespace in sorted(n for n in namespaces if n):

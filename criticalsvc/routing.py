@@ -392,9 +392,9 @@ def render(wanted: Desired, shipped: Mapping[str, Any], *, probe_namespace: str)
 def _shards(routes: list[Route]) -> list[tuple[list[Route], str | None, str, bool]]:
     """`routes` as few webhooks as keep each matchCondition under MAX_EXPRESSION_CHARS: (routes, condition,
     why, too large) each; condition None (every request of their types sent) only when a route is broad itself,
-    or (too large) when the routes would not fit even one to a webhook. The API server calls every webhook that matches, so routes split over
-    several webhooks route exactly what one would: 10,000 CriticalServices of the measured mix stay narrow
-    (operations.md, "Routing at 10,000")."""
+    or (too large) when the routes would not fit even one to a webhook. The API server calls every webhook that
+    matches, so routes split over several webhooks route exactly what one would: 10,000 CriticalServices of the
+    measured mix stay narrow (`python -m benchmarks protection`)."""
     condition, why = _condition(routes)
     if condition is None or len(condition) <= MAX_EXPRESSION_CHARS:
         return [(routes, condition, why, False)]

@@ -251,6 +251,7 @@ class MemoryState:
     def __init__(self, mapper: RESTMapper | None = None) -> None:
         self.mapper = mapper or RESTMapper()
         self._objects: dict[GroupResource, _Store] = {}
+        self._writes: dict[tuple[GroupResource, str | None], int] = {}
         self._finalized: dict[tuple[GroupResource, str], _Finalized] = {}
         # (gr, condition expression, finalizer or "" for every object of gr) -> keys by outcome.
         self._by_outcome: dict[tuple[GroupResource, str, str], _ByOutcome] = {}
@@ -276,6 +277,7 @@ class MemoryState:
             store = self._objects[gr] = _Store()
         # One key tuple per object, shared by the store, its order and the finalizer indexes.
         key = (obj.namespace, obj.name)
+        self._count_write(gr, obj.namespace)
         old = store.put(key, obj)
         same_finalizers = old is not None and old.finalizers == obj.finalizers
         if (obj.outcomes or (old is not None and old.outcomes)) and \
@@ -318,6 +320,7 @@ class MemoryState:
             return None
         old = store.pop(ref.namespace, ref.name)
         if old is not None:
+            self._count_write(ref.group_resource, ref.namespace)
             self._unindex_finalizers(old)
             self._unindex_outcomes(old)
             if not store.count:
@@ -364,6 +367,15 @@ class MemoryState:
             _discard(self._by_provider, (p.group_resource.group, p.namespace, p.name), name)
             _discard(self._by_provider_ns, p.namespace, name)
         return old
+
+    def _count_write(self, gr: GroupResource, namespace: str) -> None:
+        self._writes[gr, namespace] = self._writes.get((gr, namespace), 0) + 1
+        self._writes[gr, None] = self._writes.get((gr, None), 0) + 1
+
+    def writes(self, gr: GroupResource, namespace: str | None) -> int:
+        """How many objects of gr (in `namespace`; None: anywhere) were stored or removed so far: equal at two
+        moments, the same objects (what a caller that derives something from them may skip recomputing)."""
+        return self._writes.get((gr, namespace), 0)
 
     def clear_resource(self, gr: GroupResource) -> None:
         """Forget every object of gr (a relist replaces them; a deleted CRD takes them away)."""

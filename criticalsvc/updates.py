@@ -17,7 +17,9 @@
                                   - changes bookkeeping metadata the API server writes itself
                                     (resourceVersion, managedFields, generation, ...),
                                   - sets or removes the break-glass annotation only (removing it
-                                    restores the protection and must not be held by it);
+                                    restores the protection and must not be held by it),
+                                  - sets the gate's own labels (criticalsvc.io/protected, updates-held:
+                                    the leader writes them on what it protects, held or not);
     replicas(obj, scale=...)    the desired replica count: spec.replicas of a workload (absent: the
                                 apps/v1 default of 1, so never 0), or of an autoscaling/v1 Scale,
                                 whose spec.replicas is `omitempty`, so a Scale to zero arrives as
@@ -35,7 +37,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from .api import BREAK_GLASS_ANNOTATION
+from .api import BREAK_GLASS_ANNOTATION, PROTECTED_LABEL, UPDATES_HELD_LABEL
 
 # Metadata the API server sets or keeps itself; a client's value is ignored or must match
 # (k8s.io/apimachinery pkg/api/validation/objectmeta.go, ValidateObjectMetaUpdate; the registry's
@@ -75,6 +77,12 @@ def _content(obj: Mapping[str, Any]) -> dict[str, Any]:
             md["annotations"] = rest
         else:
             md.pop("annotations")
+    labels = md.get("labels")
+    if isinstance(labels, Mapping):
+        # The gate's own labels are not the object's content: they say it is protected (protectionlabels.py), and
+        # the gate must be able to write them on an object whose updates it holds; removing one is decided apart
+        # (decision.py, Rule.PROTECTION_LABEL).
+        md["labels"] = {k: v for k, v in labels.items() if k not in (PROTECTED_LABEL, UPDATES_HELD_LABEL)}
     if not md.get("labels"):
         md.pop("labels", None)
     out["metadata"] = md

@@ -163,6 +163,18 @@ def test_removing_the_label_is_refused_while_a_critical_service_protects_the_obj
     assert decide(_update(LABELLED, {**LABELLED, "v": "2"}), state).allowed
 
 
+def test_the_gate_may_label_a_provider_whose_updates_it_holds() -> None:
+    """The labeller's PATCH of a held provider is not a held update (the route by name sends it to the gate until
+    the label is stored); any other change of it still is."""
+    cs = service("h", DEPLOYMENTS, hold=True)
+    state = state_with(obj(DEPLOYMENTS, "team", "p"), ns("team", LABELLED), obj(CONFIGMAPS, "x", "y"),
+                       services=(cs,))  # the criterion's ConfigMap x/y exists: it is unmet
+    held = {**LABELLED, UPDATES_HELD_LABEL: "true"}
+    assert decide(_update({"app": "p"}, {"app": "p", **held}), state).allowed
+    refused = decide(_update({"app": "p"}, {"app": "q", **held}), state)
+    assert not refused.allowed and refused.rule == Rule.UPDATE_HELD
+
+
 def test_removing_the_label_is_allowed_once_nothing_protects_the_object() -> None:
     state = state_with(obj(DEPLOYMENTS, "team", "p", LABELLED), ns("team"))
     assert decide(_update(LABELLED, {}), state).allowed

@@ -85,6 +85,9 @@ class GuardedState:
         self._require(gr)
         return self.memory.select(gr, namespace=namespace, selector=selector, condition=condition)
 
+    def writes(self, gr: GroupResource, namespace: str | None) -> int:
+        return self.memory.writes(gr, namespace)
+
     def critical_services(self) -> Collection[CriticalService]:
         self._require(CRITICAL_SERVICES)
         return self.memory.critical_services()
