@@ -352,15 +352,23 @@ def render(wanted: Desired, shipped: Mapping[str, Any], *, probe_namespace: str)
     routes = sorted(wanted.routes, key=Route.sort_key)
     broad: dict[Route, str] = {}
     webhooks: list[dict[str, Any]] = []
-    not_labelled = {"matchExpressions": [
+    not_labelled: dict[str, Any] = {"matchExpressions": [
         {"key": DELETION_PROTECTED_LABEL, "operator": "NotIn", "values": [DELETION_PROTECTED_ALWAYS]}]}
+    not_carried: dict[str, Any] = {}
+    if routes_labels(shipped):
+        # What carries the gate's label is the shipped protected.gate's (and protected-updates.gate's) alone, so
+        # one webhook answers and names itself in the message. Safe on a lagging API server: one that holds this
+        # configuration holds the shipped webhooks, read stored before it was written (design/routing.md).
+        not_carried = {"matchExpressions": [{"key": PROTECTED_LABEL, "operator": "DoesNotExist"}]}
+        not_labelled = {"matchExpressions": [*not_labelled["matchExpressions"], *not_carried["matchExpressions"]]}
     for name, operation, kinds, selector in (
             (NAMESPACES_WEBHOOK, "DELETE", lambda gr: gr == NAMESPACES, not_labelled),
             (CRDS_WEBHOOK, "DELETE", lambda gr: gr == CRDS, not_labelled),
             # A labelled object goes to the labelled-objects webhook alone, as before this configuration.
             (DELETE_WEBHOOK, "DELETE", lambda gr: gr not in (NAMESPACES, CRDS), not_labelled),
-            # No objectSelector: the labelled-objects webhook reviews DELETEs only.
-            (UPDATE_WEBHOOK, "UPDATE", lambda gr: True, {})):
+            # The labelled-objects webhook reviews DELETEs only; an UPDATE's objectSelector matches the new or the
+            # old object, so the gate's own label write (the old one lacks it) still comes here.
+            (UPDATE_WEBHOOK, "UPDATE", lambda gr: True, not_carried)):
         mine = [r for r in routes if r.operation == operation and kinds(r.group_resource)]
         if not mine:
             continue

@@ -18,7 +18,7 @@ import pytest
 
 from criticalsvc.sim import jsonpath, protobuf, tables
 from criticalsvc.sim.apiserver.responses import warning_headers
-from tests.backends import Backend, deployment_manifest, ok, unique
+from tests.backends import Backend, deployment_manifest, ok, provider_webhook, unique
 from tests.realcluster import build
 from tests.realcluster.teardown import wait_for
 
@@ -446,7 +446,7 @@ def test_the_official_client_lists_watches_patches_and_sees_denials(cluster: Bac
         with pytest.raises(ApiException) as denied:
             apps.delete_namespaced_deployment("provider", ns)
         assert denied.value.status == 403
-        assert json.loads(denied.value.body)["message"].startswith(
+        assert provider_webhook(json.loads(denied.value.body)["message"]).startswith(
             'admission webhook "providers.gate.criticalsvc.io" denied the request: '
             f"deployments.apps {ns}/provider may not be deleted yet")
         apps.delete_namespaced_deployment("user", ns)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from criticalsvc.api import PROTECTED_LABEL
 from criticalsvc.routing import DELETE_WEBHOOK, PROVIDERS_CONFIGURATION
 from tests.backends import Backend, unique, widget_crd
 from tests.realcluster.teardown import wait_for
@@ -106,16 +107,25 @@ def test_providers_of_any_kind_are_gated_once_routed(cluster: Backend, namespace
     try:
         for name, (group, resource, target) in providers.items():
             _create(cluster, _service(name, group, resource, namespace, target.split("/")[1], "blocker"))
+        labelled_by_name: dict[str, bool] = {}
         for name, (_, _, target) in providers.items():
-            wait_for(lambda n=name: _ready(cluster, n).get("reason") == "Enforcing", timeout=60,
-                     what=f"{name} Ready=True/Enforcing")
+            # Enforcing once the gate's label is stored (the stand-in has no RBAC); on the real control plane the
+            # gate may not patch ConfigMaps or the widgets (criticalsvc-labeller grants neither): EnforcingByRoute.
+            wait_for(lambda n=name: _ready(cluster, n).get("status") == "True", timeout=60,
+                     what=f"{name} Ready=True")
+            found = cluster.kubectl("get", "-n", namespace, target, "-o", "jsonpath={.metadata.labels}")
+            labelled = labelled_by_name[name] = PROTECTED_LABEL in found.stdout
+            assert _ready(cluster, name)["reason"] == ("Enforcing" if labelled else "EnforcingByRoute"), found.stdout
             refused = cluster.kubectl("delete", "-n", namespace, target, "--wait=false")
             assert refused.returncode != 0, refused.stdout
-            assert 'admission webhook "providers.gate.criticalsvc.io" denied the request' in refused.stderr
+            webhook = "protected.gate.criticalsvc.io" if labelled else DELETE_WEBHOOK
+            assert f'admission webhook "{webhook}" denied the request' in refused.stderr
             assert f"CriticalService {name} protects it until: configmaps {namespace}/blocker still exists" \
                 in refused.stderr
         widget_route = (widgets, "widgets")
-        assert widget_route in _routed_types(cluster)
+        # A widget the gate could not label is routed by name; a labelled one needs no route of its own.
+        widget = next(n for n, (_, _, target) in providers.items() if target.startswith("widgets."))
+        assert (widget_route in _routed_types(cluster)) == (not labelled_by_name[widget])
 
         assert cluster.admin.delete(f"{ns}/configmaps/blocker").status_code == 200
         for _name, (_, _, target) in providers.items():

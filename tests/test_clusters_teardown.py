@@ -4,7 +4,7 @@ gate, and the namespace controller and garbage collector do their part."""
 
 from __future__ import annotations
 
-from tests.backends import Backend
+from tests.backends import Backend, provider_webhook
 from tests.realcluster.teardown import Observer, RepeatingDeleter, Story, apply_story
 
 
@@ -42,7 +42,8 @@ def test_kubectl_delete_f_prints_the_denials_and_repeated_runs_finish(cluster: B
                 f"may not be deleted yet: CriticalService {story.critical_service} protects it until: "
                 f"coolresources.{story.group} objects still carry finalizer {story.finalizer} (3 objects; first: "
                 f"{story.cr_namespace}/alpha, {story.cr_namespace}/beta, {story.cr_namespace}/gamma); "
-                f"customresourcedefinitions.apiextensions.k8s.io {story.crd_name} still exists") in first.stderr
+                f"customresourcedefinitions.apiextensions.k8s.io {story.crd_name} still exists") in \
+            provider_webhook(first.stderr)
         assert f'customresourcedefinition.apiextensions.k8s.io "{story.crd_name}" deleted' in first.stdout
         # kubectl does not retry a denied delete; the user runs it again until nothing is left.
         runs = 1

@@ -20,7 +20,7 @@ import pytest
 from criticalsvc.api import ObjectRef
 from criticalsvc.manifests import load_path
 from criticalsvc.snapshot import build_state
-from tests.backends import Embedded
+from tests.backends import Embedded, provider_webhook
 
 pytestmark = pytest.mark.e2e
 
@@ -141,7 +141,7 @@ def test_kubectl_delete_prints_the_gate_denial(embedded: Embedded, tmp_path: Pat
     assert out.returncode == 1, out
     assert (f'Error from server (Forbidden): error when deleting "{STORY}": admission webhook '
             '"providers.gate.criticalsvc.io" denied the request: deployments.apps '
-            "finalizer-namespace/finalizer-deployment may not be deleted yet") in out.stderr
+            "finalizer-namespace/finalizer-deployment may not be deleted yet") in provider_webhook(out.stderr)
     assert 'customresourcedefinition.apiextensions.k8s.io "coolresources.my.crd.group" deleted' in out.stdout
     # A server-side dry run is reviewed like a real delete: same denial, nothing changes.
     dry = subprocess.run([*kubectl, "delete", "deployment", "finalizer-deployment", "-n", "finalizer-namespace",

@@ -15,9 +15,9 @@ from then on reaches API server 1 - far beyond an informer's usual lag - and the
   API server 1 is admitted: the route by name alone is what a lagging API server does not have.
 * CREATE then DELETE at once through another API server: a provider created through API server 0 under the
   name an existing CriticalService protects is refused when deleted at once through 1 and through 2.
-* Upgrade with no window: the shipped configuration as it was before the labels (no protected.gate), then
-  the current one applied, while a dry-run DELETE of the provider is sent in a loop through the balancer: every
-  one refused, and Ready goes EnforcingByRoute -> Enforcing.
+* Upgrade with no window: the shipped configuration as it was before the labels (no protected.gate; Ready
+  says EnforcingByRoute once the leader has read it), then the current one applied, while a dry-run DELETE of
+  the provider is sent in a loop through the balancer: every one refused, and Ready turns Enforcing.
 """
 
 from __future__ import annotations
@@ -209,7 +209,10 @@ def test_upgrading_to_the_labels_leaves_no_window(three: RealCluster) -> None:
     try:
         _critical_service(cluster.admin, name, {"group": "apps", "resource": "deployments", "namespace": ns,
                                                 "name": "p"}, ns)
-        assert _wait_ready(cluster, name) == "EnforcingByRoute"
+        # The leader reads the shipped configuration at its next resync (10 s): from then on it routes by name
+        # what the older configuration cannot route by label, and Ready says so.
+        wait_for(lambda: _reason(cluster, name) == "EnforcingByRoute", timeout=60,
+                 what="Ready EnforcingByRoute under the configuration from before the labels")
 
         def deleting() -> None:
             with contextlib.closing(Client(cluster.kubeconfig)) as client:  # through the balancer

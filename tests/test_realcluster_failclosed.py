@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.backends import RealBackend, deployment_manifest, protect_with_user, unique
+from tests.backends import RealBackend, deployment_manifest, protect_with_user, provider_webhook, unique
 from tests.realcluster.cluster import RealCluster
 from tests.realcluster.teardown import Observer, RepeatingDeleter, Story, apply_story, wait_for
 
@@ -76,8 +76,9 @@ def test_a_stopped_gate_fails_gated_deletes_with_failed_calling_webhook(cluster:
     printed = cluster.kubectl("delete", "deployment", story.deployment_path.rsplit("/", 1)[1], "-n",
                               story.namespace, "--wait=false")
     assert printed.returncode == 1
-    assert printed.stderr.startswith('Error from server (InternalError): Internal error occurred: failed calling '
-                                     'webhook "providers.gate.criticalsvc.io"'), printed.stderr
+    assert provider_webhook(printed.stderr).startswith('Error from server (InternalError): Internal error occurred: '
+                                                       'failed calling webhook "providers.gate.criticalsvc.io"'), \
+        printed.stderr
     assert cluster.admin.delete(free).status_code == 200  # nothing protects it: not routed
     assert cluster.admin.delete(f"/api/v1/namespaces/{ns}/configmaps/cfg").status_code == 200
     assert cluster.admin.delete(f"/api/v1/namespaces/{ns}").status_code == 200
