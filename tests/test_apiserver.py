@@ -429,7 +429,7 @@ async def test_configured_webhook_skips_excluded_namespaces() -> None:
 
 
 def test_the_project_webhook_configuration_registers_and_matches() -> None:
-    """deploy/'s ValidatingWebhookConfiguration registers three webhooks that gate what the rules say; on
+    """deploy/'s ValidatingWebhookConfiguration registers five webhooks that gate what the rules say; on
     DELETE the objectSelectors are matched on oldObject, so each object goes to exactly one webhook; the CRD
     webhook's matchCondition lets only the CriticalService CRD through (a deletecollection item by oldObject's
     name); nothing else - no namespace, no workload - reaches the gate."""
@@ -461,8 +461,9 @@ def test_the_project_webhook_configuration_registers_and_matches() -> None:
                                                             request=lambda: request)]
 
     assert [w.name for w in webhooks] == ["criticalservices.gate.criticalsvc.io", "crds.gate.criticalsvc.io",
-                                          "labelled.gate.criticalsvc.io"]
-    assert made == [("https://127.0.0.1:8443/validate", 5)] * 3
+                                          "labelled.gate.criticalsvc.io", "protected.gate.criticalsvc.io",
+                                          "protected-updates.gate.criticalsvc.io"]
+    assert made == [("https://127.0.0.1:8443/validate", 5)] * 5
     assert called("DELETE", deploys, "team") == []
     assert called("DELETE", deploys, "team", locked) == ["labelled.gate.criticalsvc.io"]
     assert called("DELETE", deploys, "kube-system") == called("DELETE", deploys, "kube-system", locked) == []
@@ -486,6 +487,13 @@ def test_the_project_webhook_configuration_registers_and_matches() -> None:
         "labelled.gate.criticalsvc.io"]
     vwc = GroupResource("admissionregistration.k8s.io", "validatingwebhookconfigurations")
     assert called("DELETE", vwc, "", locked) == []
+    # What the gate labelled criticalsvc.io/protected: its DELETE, and an UPDATE only when it drops the label.
+    carried = {"metadata": {"name": "x", "labels": {"criticalsvc.io/protected": "true"}}}
+    assert called("DELETE", deploys, "team", carried) == ["protected.gate.criticalsvc.io"]
+    assert called("DELETE", NAMESPACES, "team", carried) == ["protected.gate.criticalsvc.io"]
+    assert called("UPDATE", deploys, "team", carried, carried) == []
+    assert called("UPDATE", deploys, "team", carried, plain) == ["protected-updates.gate.criticalsvc.io"]
+    assert called("UPDATE", deploys, "team", plain, carried) == []  # the gate's own label write
     assert called("CREATE", configmaps, "team", None, locked) == []
 
 
