@@ -70,6 +70,7 @@ class Case:
     replay: bool
     releases: dict[str, Path]  # release name -> chart, in install order
     wait: bool = False  # `helm uninstall --wait`
+    elsewhere: bool = False  # once replay is done, first try `helm uninstall` from a machine without the cache
     finalizer_only: bool = False  # the CriticalService without its criterion on the CRD (Crossplane's order)
     crd_in_templates: bool = True  # else in crds/: Helm never deletes it
     waits_for_crd: bool = False  # a CRD in crds/ and a criterion on it: the user deletes the CRD
@@ -297,6 +298,8 @@ def follow(realcluster: RealCluster, helm: Helm, case: Case, refused: list[str])
         assert case.left(realcluster) == case.held | expected_left(case)
         assert not any((realcluster.admin.get(case.paths[k]) or {})["metadata"].get("deletionTimestamp")
                        for k in case.held), "an object the gate refused is being deleted without replay"
+    if case.elsewhere:
+        from_elsewhere(realcluster, helm, case, refused)
     uninstall_until_done(realcluster, helm, case, refused)
     if case.wait:
         assert case.left_when_done == expected_left(case), \
@@ -305,6 +308,19 @@ def follow(realcluster: RealCluster, helm: Helm, case: Case, refused: list[str])
         assert [o.returncode for o in case.reruns] == [0] * len(refused), case.reruns
     else:
         assert len(case.reruns) > len(refused), f"{case.title}: helm uninstall finished at once: {case.reruns}"
+
+
+def from_elsewhere(realcluster: RealCluster, helm: Helm, case: Case, refused: list[str]) -> None:
+    """The stack gone by replay, `helm uninstall` run again from a machine whose discovery cache never saw the CRD:
+    helm cannot map the release's CRs any more and fails with the same one line (the reason only with --debug);
+    the record stays `uninstalling`."""
+    other = attrs.evolve(helm, home=helm.home.parent / f"elsewhere-{case.story.suffix}")
+    for release in refused:
+        again = other.run("uninstall", release, "--debug")
+        assert again.returncode == 1 and f"Error: failed to delete release: {release}" in again.stderr, str(again)
+        assert "unable to build kubernetes objects for delete" in again.stderr, str(again)
+        assert helm.releases().get(release) == "uninstalling"
+        print(f"  {case.title}: `helm uninstall {release}` from elsewhere: {again}")
 
 
 def user_deletes_the_crd(realcluster: RealCluster, case: Case) -> None:
@@ -331,8 +347,10 @@ def _chart_objects(chart: Path) -> list[JSON]:
 def test_releases_with_whole_stacks_and_split_stacks(realcluster: RealCluster, helm: Helm, tmp_path: Path) -> None:
     """Six stacks uninstalled at once: one release holding the whole story (the CRD in templates/) with replay on
     and off, with and without --wait; and the operator (its namespace, Deployment, CRD, CriticalService) and the
-    app (its namespace, the CRs) in two releases, replay on and off. See `tear_down` for what is checked."""
-    cases = [Case.make(tmp_path, "one release, replay on", "hl-on", replay=True),
+    app (its namespace, the CRs) in two releases, replay on and off. See `tear_down` for what is checked; and, once
+    replay is done, a `helm uninstall` from a machine whose discovery cache never saw the CRD fails (`from_elsewhere`)
+    while the user's own finishes."""
+    cases = [Case.make(tmp_path, "one release, replay on", "hl-on", replay=True, elsewhere=True),
              Case.make(tmp_path, "one release, replay on, --wait", "hl-onw", replay=True, wait=True),
              Case.make(tmp_path, "one release, replay off", "hl-off", replay=False),
              Case.make(tmp_path, "one release, replay off, --wait", "hl-offw", replay=False, wait=True),
