@@ -71,6 +71,7 @@ class Case:
     releases: dict[str, Path]  # release name -> chart, in install order
     wait: bool = False  # `helm uninstall --wait`
     elsewhere: bool = False  # once replay is done, first try `helm uninstall` from a machine without the cache
+    debug: bool = False  # the first re-run with --debug, which prints the refusals' messages
     finalizer_only: bool = False  # the CriticalService without its criterion on the CRD (Crossplane's order)
     crd_in_templates: bool = True  # else in crds/: Helm never deletes it
     waits_for_crd: bool = False  # a CRD in crds/ and a criterion on it: the user deletes the CRD
@@ -198,7 +199,8 @@ def uninstall_until_done(realcluster: RealCluster, helm: Helm, case: Case, relea
     pending = list(releases)
     while pending:
         for release in list(pending):
-            outcome = helm.run("uninstall", release, *case.uninstall_args())
+            debug = ("--debug",) if case.debug and not case.reruns else ()
+            outcome = helm.run("uninstall", release, *case.uninstall_args(), *debug)
             case.reruns.append(outcome)
             if outcome.returncode == 0:
                 pending.remove(release)
@@ -278,9 +280,9 @@ def follow(realcluster: RealCluster, helm: Helm, case: Case, refused: list[str])
     """One case after its first `helm uninstall`: the gate's words in helm's output; replay finishing it, or exactly
     what the gate holds left; then `helm uninstall` re-run until it exits 0."""
     s = case.story
+    deployment = f"deployments.apps {s.namespace}/{s.name('finalizer-deployment')}"
     for release in refused:
         said = case.first[release].stderr
-        deployment = f"deployments.apps {s.namespace}/{s.name('finalizer-deployment')}"
         assert f"{deployment} may not be deleted while" in said, said
         then = "the gate deletes it once that is over" if case.replay else "delete it again once that is over"
         assert f"{deployment}: {then}" in said, said
@@ -304,6 +306,12 @@ def follow(realcluster: RealCluster, helm: Helm, case: Case, refused: list[str])
     if case.wait:
         assert case.left_when_done == expected_left(case), \
             f"{case.title}: --wait returned 0 while {case.left_when_done} were left"
+    if case.debug:  # only --debug shows the refusals' messages (by then the CriticalService's), the gate's words
+        said = case.reruns[0].stderr
+        assert "uninstall: Failed to delete release: [admission webhook" in said, said
+        assert f"denied the request: criticalservices.criticalsvc.io {s.critical_service} may not be deleted yet: " \
+            in said, said
+        print(f"  {case.title}: the first re-run, with --debug:\n{said}")
     if case.replay:
         assert [o.returncode for o in case.reruns] == [0] * len(refused), case.reruns
     else:
@@ -349,10 +357,16 @@ def test_releases_with_whole_stacks_and_split_stacks(realcluster: RealCluster, h
     and off, with and without --wait; and the operator (its namespace, Deployment, CRD, CriticalService) and the
     app (its namespace, the CRs) in two releases, replay on and off. See `tear_down` for what is checked; and, once
     replay is done, a `helm uninstall` from a machine whose discovery cache never saw the CRD fails (`from_elsewhere`)
-    while the user's own finishes."""
+    while the user's own finishes; only `--debug` prints the refusals' messages. First: a chart with its CRD and
+    its instances in templates/ cannot be installed in one step (helm maps every object before creating any)."""
+    one_step = Case.make(tmp_path, "one step", "hl-one", replay=True)
+    (release, chart), = one_step.releases.items()
+    done = helm.run("install", release, str(chart), "--set", "instances=true")
+    assert done.returncode == 1 and "ensure CRDs are installed first" in done.stderr, str(done)
+    assert release not in helm.releases()
     cases = [Case.make(tmp_path, "one release, replay on", "hl-on", replay=True, elsewhere=True),
              Case.make(tmp_path, "one release, replay on, --wait", "hl-onw", replay=True, wait=True),
-             Case.make(tmp_path, "one release, replay off", "hl-off", replay=False),
+             Case.make(tmp_path, "one release, replay off", "hl-off", replay=False, debug=True),
              Case.make(tmp_path, "one release, replay off, --wait", "hl-offw", replay=False, wait=True),
              Case.make(tmp_path, "operator and app releases, replay on", "hs-on", replay=True, split=True),
              Case.make(tmp_path, "operator and app releases, replay off", "hs-off", replay=False, split=True)]
