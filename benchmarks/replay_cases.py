@@ -11,7 +11,8 @@ ROOT_OWNER = "stack-root"
 # (deleter, replay on?) in the order of the table.
 CASES = (("kubectl", False), ("kubectl", True), ("kubectl-rerun", False), ("manifestwork", False),
          ("manifestwork", True), ("namespace", False), ("namespace", True), ("gc-background", False),
-         ("gc-background", True), ("gc-foreground", False), ("gc-foreground", True), ("flux", False), ("flux", True))
+         ("gc-background", True), ("gc-foreground", False), ("gc-foreground", True), ("flux", False), ("flux", True),
+         ("helm", False), ("helm", True))
 
 
 def render(rows: list[dict[str, Any]], title: str) -> str:

@@ -28,6 +28,9 @@ The deleters are the simulator's (criticalsvc/sim/clients.py), played for real:
                    applied by a Kustomization (prune: true, deletionPolicy MirrorPrune), then the
                    Kustomization deleted; Flux re-sends the whole pass of DELETEs after each refusal on its
                    backoff (750 ms doubling); the simulator's FluxKustomization client models the same path
+    helm           `helm uninstall` (helm v3.22.0, tests/realcluster/helm.py) of a release holding the whole story
+                   (the CRD in templates/, the CRs added by an upgrade): one pass in Helm's uninstall order by kind,
+                   never retried (design/helm.md); the simulator's HelmUninstall client models the same path
 
 Makespan: from the deleter's first DELETE until every object of the story (and its root) is seen gone,
 polled every ~100 ms. A case is "stuck" after STUCK_CAP s, or, once its deleter has nothing left to do
@@ -258,6 +261,25 @@ class FluxDeleter(Deleter):
             raise AssertionError(f"DELETE {self.path}: {response.status_code} {response.text}")
 
 
+class HelmDeleter(Deleter):
+    """`helm uninstall` of the release holding the story, once; helm runs at --v=6 so that its first DELETE's time
+    can be read from its log (its start-up, the release's history and the REST mapping come before it). Helm
+    never retries, so this deleter is `done` once the command has returned (exit 1 when a DELETE was refused)."""
+
+    def __init__(self, helm: Any, release: str) -> None:
+        super().__init__("helm")
+        self.helm, self.release = helm, release
+        self.outcome: Any = None
+        self.ended: float | None = None  # when helm returned: the gate's refusals after it are the cleanup's
+
+    def work(self) -> None:
+        started = time.time()
+        self.outcome = self.helm.run("uninstall", self.release, "--v=6")
+        self.ended = time.time()
+        self.first_delete = _first_request(self.outcome.stderr, "DELETE") or started
+        self.done = True
+
+
 class RootDeleter(Deleter):
     """One DELETE of the root owner with `propagation`; the garbage collector does the rest, and keeps
     retrying what the gate refuses, so this deleter is never `done`."""
@@ -485,12 +507,13 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
     for entry in log.since_mark():
         if entry.get("event") == "deletion replayed" and str(entry.get("object", "")).endswith(suffix):
             replayed += 1
-        elif (isinstance(deleter, (RootDeleter, ManifestWorkDeleter, FluxDeleter))
+        elif (isinstance(deleter, (RootDeleter, ManifestWorkDeleter, FluxDeleter, HelmDeleter))
               and entry.get("event") == "decision"
               and entry.get("result") == "denied"
               and entry.get("operation") == "DELETE" and not entry.get("dry_run")
               and str(entry.get("name", "")).endswith(suffix)
-              and not str(entry.get("user", "")).startswith(GATE_USERS)):
+              and not str(entry.get("user", "")).startswith(GATE_USERS)
+              and not (isinstance(deleter, HelmDeleter) and _logged_after(entry, deleter.ended))):
             refusals += 1
             refused.append(f"{entry.get('resource')}/{entry.get('name')}".replace(suffix, ""))
     if leftover:
@@ -506,6 +529,13 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
     return Outcome(True, max(gone_at.values()) - deleter.first_delete, refusals, replayed, gone=gone,
                    stack_gone=stack, refused=tuple(refused), workload_gone=workload,
                    timeline=getattr(deleter, "timeline", None))
+
+
+def _logged_after(entry: dict[str, Any], moment: float | None) -> bool:
+    """Whether the gate logged `entry` after `moment` (epoch seconds); its `time` is UTC, ISO 8601 with a Z."""
+    if moment is None or not isinstance(entry.get("time"), str):
+        return False
+    return datetime.datetime.fromisoformat(entry["time"]).timestamp() > moment
 
 
 def last_gone(gone_at: dict[str, float], keys: Iterable[str]) -> float:
@@ -528,7 +558,7 @@ def cleanup(cluster: Any, bundle: Bundle) -> list[str]:
 
 
 def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: str,
-             finalizer_delay: float = 0.0, flux_server: Any = None) -> Outcome:
+             finalizer_delay: float = 0.0, flux_server: Any = None, helm: Any = None) -> Outcome:
     from tests.realcluster.manifestwork import ManifestWorkAgent
     from tests.realcluster.teardown import apply_story, wait_for
 
@@ -560,6 +590,15 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
         wait_for(lambda: kustomization.ready(revision), timeout=120, what=f"{kustomization.path} Ready")
         wait_for(lambda: cluster.admin.delete(story.deployment_path, params={"dryRun": "All"}).status_code == 403,
                  timeout=60, what=f"the gate to protect {story.deployment_path}")
+    elif deleter == "helm":
+        from tests.realcluster.helm import write_chart
+
+        done = cluster.kubectl("apply", "-f", "-", input=story.reader_role())
+        if done.returncode != 0:
+            raise AssertionError(f"applying the reader role: {done.stderr}")
+        helm.install(f"story-{suffix}", write_chart(helm.home / "charts" / suffix, "story", story.objects))
+        wait_for(lambda: cluster.admin.delete(story.deployment_path, params={"dryRun": "All"}).status_code == 403,
+                 timeout=60, what=f"the gate to protect {story.deployment_path}")
     else:
         apply_story(cluster.kubectl, cluster.admin, story)
     if replay:
@@ -578,13 +617,18 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
         running = ManifestWorkDeleter(client, applied)
     elif deleter == "flux":
         running = FluxDeleter(client, dict(bundle.extra)["Kustomization"])
+    elif deleter == "helm":
+        running = HelmDeleter(helm, f"story-{suffix}")
     elif deleter == "namespace":
         running = BackoffDeleter(client, bundle.namespace_targets(), propagation="Background")
     elif owned and bundle.root_path is not None:
         running = RootDeleter(client, bundle.root_path, propagation=deleter.removeprefix("gc-").capitalize())
     else:
         raise ValueError(f"no deleter {deleter!r}")
-    return measure(cluster, log, bundle, running, finalizer_delay=finalizer_delay)
+    outcome = measure(cluster, log, bundle, running, finalizer_delay=finalizer_delay)
+    if deleter == "helm":  # the release's record, `uninstalling` after a refused pass
+        cluster.kubectl("delete", "secret", "-n", helm.namespace, "-l", f"owner=helm,name=story-{suffix}")
+    return outcome
 
 
 # --- the table -----------------------------------------------------------------------------------------
@@ -615,6 +659,14 @@ def run(runs: int = 1, only: tuple[str, ...] = (), *, slow: bool = True) -> dict
             from tests.realcluster import flux
 
             _, flux_server = running.enter_context(flux.running(cluster.plane, Path(tmp) / "flux"))
+        helm = None
+        if any(d == "helm" for d, _ in cases):
+            from tests.realcluster import helm as helmcli
+
+            binary = helmcli.binary()
+            if binary is None:
+                return {"skipped": build.missing_toolchain() or "helm is not built"}
+            helm = helmcli.Helm(binary, Path(tmp) / "helm", cluster.kubeconfig, "default")
         from tests.realcluster import ocmcrds
         from tests.realcluster.manifestwork import ManifestWorkAgent
         from tests.realcluster.teardown import replay_grant
@@ -639,7 +691,7 @@ def run(runs: int = 1, only: tuple[str, ...] = (), *, slow: bool = True) -> dict
             ideal_outcomes.append(base)
             runs_ideals.append(ideals)
             for deleter, replay in cases:
-                outcome = run_case(cluster, log, deleter, replay=replay, flux_server=flux_server,
+                outcome = run_case(cluster, log, deleter, replay=replay, flux_server=flux_server, helm=helm,
                                    suffix=f"{deleter}-{'on' if replay else 'off'}-{r}")
                 outcomes[deleter, replay].append(outcome)
                 _progress(f"run {r + 1}/{runs} {deleter} replay {'on' if replay else 'off'}", outcome, base.makespan)

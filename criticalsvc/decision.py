@@ -73,6 +73,7 @@ from .api import (
     ObjectRef,
     ProviderSelector,
     RecreatedProvider,
+    ReplayDeletion,
     ScaleToZero,
     parse_critical_service,
 )
@@ -87,6 +88,8 @@ from .state import ClusterState, provider_objects
 MESSAGE_LIMIT = 1000
 # The API server may truncate warnings longer than 256 characters (admission/v1 types.go).
 WARNING_LIMIT = 256
+# How many of a refusal's clauses it repeats as warnings (`_waiting`): each is a line of the client's output.
+WAIT_WARNINGS = 4
 
 
 class Rule(enum.StrEnum):
@@ -126,6 +129,9 @@ class Block:
     text: str
     service: str | None = None
     enforcement: Enforcement = Enforcement.ENFORCE
+    # What it waits for, clause by clause (a refusal repeats each as a warning: `_waiting`); () for `text` whole.
+    clauses: tuple[str, ...] = ()
+    replays: bool = False  # its CriticalService asks the gate to replay the refused DELETE (spec.replayDeletion)
 
 
 @attrs.frozen
@@ -306,8 +312,13 @@ def _criteria_blocks(cs: CriticalService, state: ClusterState, why: str) -> list
     unmet = [v for v in (criteria.evaluate(c, state) for c in cs.criteria) if not v.satisfied]
     if not unmet:
         return []
-    clauses = "; ".join(v.describe() for v in unmet)
-    return [Block(f"CriticalService {cs.name} {why} until: {clauses}", cs.name, cs.enforcement)]
+    described = tuple(v.describe() for v in unmet)
+    return [Block(f"CriticalService {cs.name} {why} until: {'; '.join(described)}", cs.name, cs.enforcement,
+                  described, _replays(cs))]
+
+
+def _replays(cs: CriticalService) -> bool:
+    return cs.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN
 
 
 def _namespace_blocks(namespace: str, hosted: Sequence[CriticalService], state: ClusterState) -> list[Block]:
@@ -351,19 +362,20 @@ def _service_blocks(request: AdmissionRequest, name: str, state: ClusterState) -
         members = provider_objects(cs.provider, state)
         if members:
             return [Block(f"its provider set ({cs.provider}) still has {_some(members)}; a CriticalService goes "
-                          "after its provider", cs.name, cs.enforcement)], None
+                          "after its provider", cs.name, cs.enforcement, replays=_replays(cs))], None
     elif (provider := state.get(cs.provider)) is not None:
         orphan = recreated_provider_orphan(cs, provider, state)
         if orphan.orphaned:
             return [], orphan.message
         state_word = "is terminating" if provider.terminating else "still exists"
         return [Block(f"its provider {_provider(cs)} {state_word}; a CriticalService goes after its provider"
-                      f"{orphan.hint}", cs.name, cs.enforcement)], None
+                      f"{orphan.hint}", cs.name, cs.enforcement, replays=_replays(cs))], None
     if cs.provider.namespace:
         ns = state.get(ObjectRef(NAMESPACES, "", cs.provider.namespace))
         if ns is not None and ns.terminating:
             return [Block(f"its provider's namespace {cs.provider.namespace} is still terminating; a "
-                          "CriticalService goes after everything it protects", cs.name, cs.enforcement)], None
+                          "CriticalService goes after everything it protects", cs.name, cs.enforcement,
+                          replays=_replays(cs))], None
     return [], None
 
 
@@ -418,8 +430,28 @@ def _conclude(ref: ObjectRef, blocks: list[Block], annotations: Mapping[str, Any
         return allow(Rule.BREAK_GLASS, warnings=[f"break-glass ({reason.strip()}): allowed although {message}",
                                                  *warned],
                      protected=protected, blocking=blocking, break_glass=reason.strip())
-    return deny(Rule.BLOCKED, message, warnings=tuple(_warning(w) for w in warned), protected=protected,
-                blocking=blocking)
+    return deny(Rule.BLOCKED, message, warnings=(*_waiting(ref, enforced), *(_warning(w) for w in warned)),
+                protected=protected, blocking=blocking)
+
+
+def _waiting(ref: ObjectRef, blocks: Sequence[Block]) -> list[str]:
+    """The refusal once more as warnings, one per thing it waits for, and what happens then. `helm uninstall`
+    prints the warnings of a refused DELETE but never its message (design/helm.md), and a warning may be cut
+    at WARNING_LIMIT characters, so each clause gets its own."""
+    clauses = list(dict.fromkeys(c for b in blocks for c in (b.clauses or (b.text,))))
+    out = [_warning(f"{ref} may not be deleted while {c}") for c in clauses[:WAIT_WARNINGS]]
+    if len(clauses) > WAIT_WARNINGS:
+        out.append(_warning(f"{ref} may not be deleted for {len(clauses) - WAIT_WARNINGS} more reasons: see the "
+                            "error, or `criticalsvc explain`"))
+    services = sorted({b.service for b in blocks if b.service})
+    if not services:
+        return out
+    if all(b.replays for b in blocks if b.service):
+        out.append(_warning(f"{ref}: the gate deletes it once that is over (replayDeletion: WhenTearingDown)"))
+    else:
+        out.append(_warning(f"{ref}: delete it again once that is over, or set spec.replayDeletion: "
+                            f"WhenTearingDown on CriticalService {', '.join(services)}"))
+    return out
 
 
 def _provider(cs: CriticalService) -> str:

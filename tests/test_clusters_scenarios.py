@@ -119,7 +119,9 @@ def test_a_denied_namespace_delete_changes_nothing_and_the_namespace_controller_
         assert "deletionTimestamp" not in after["metadata"] and after["status"]["phase"] == "Active"
         printed = cluster.kubectl("delete", "namespace", ns, "--wait=false")
         assert printed.returncode == 1
-        assert printed.stderr.startswith(f"Error from server (Forbidden): {denied.json()['message']}"), printed.stderr
+        assert _error_line(printed.stderr).startswith(f"Error from server (Forbidden): {denied.json()['message']}"), \
+            printed.stderr
+        assert printed.stderr.startswith(f"Warning: namespaces {ns} may not be deleted while "), printed.stderr
 
         cluster.admin.delete(f"{_deployments(ns)}/user")
         wait_for(lambda: cluster.admin.delete(ns_path).status_code == 200, timeout=60,
@@ -177,7 +179,7 @@ def test_a_server_dry_run_is_denied_like_the_real_delete_and_writes_no_event(clu
     with _protected(cluster, namespace) as (service, provider):
         dry = cluster.kubectl("delete", "deployment", "provider", "-n", namespace, "--dry-run=server")
         assert dry.returncode == 1
-        assert dry.stderr.startswith("Error from server (Forbidden): " + _denial(
+        assert _error_line(dry.stderr).startswith("Error from server (Forbidden): " + _denial(
             "providers", f"deployments.apps {namespace}/provider", service)), dry.stderr
         assert cluster.admin.delete(provider).status_code == 403  # one real denial
         wait_for(lambda: [e.get("count") for e in _events(cluster, service)] == [1], timeout=30,
@@ -409,3 +411,8 @@ def test_criteria_over_types_with_no_objects_hold_and_keep_the_gate_ready(cluste
         for path in (provider, f"{CRITICAL_SERVICES}/{service}", crd_path,
                      f"/apis/rbac.authorization.k8s.io/v1/clusterroles/read-{group}"):
             _delete_when_allowed(cluster, path)
+
+
+def _error_line(stderr: str) -> str:
+    """kubectl's error line for a refusal; the gate's warnings (what it waits for) come before it."""
+    return next((line for line in stderr.splitlines() if line.startswith("Error from server")), stderr)

@@ -53,6 +53,8 @@ CLIENT_WORDS = {
                      "collector, each refusal retried with backoff 5 ms → 1000 s",
     "flux": ("Flux's kustomize-controller deleting a Kustomization: every object of its inventory each pass, in "
              "reverse apply order; the whole pass again after a refusal (750 ms doubling)"),
+    "helm": ("helm uninstall: one pass in Helm's uninstall order by kind, each kind at once, no retry (with "
+             "--helm-crds-dir the CRDs came from the chart's crds/ and are never deleted)"),
     "ideal": "the ideal deleter: each object the moment the gate allows it (the shortest possible teardown)",
 }
 
@@ -88,6 +90,8 @@ def register(sub: Any) -> None:
     p.add_argument("--flux-deletion-policy", choices=FLUX_DELETION_POLICIES, default=None,
                    help="with --client flux: the Kustomization's spec.deletionPolicy (default MirrorPrune); "
                         "WaitForTermination removes its finalizer only once what it deleted is gone")
+    p.add_argument("--helm-crds-dir", action="store_true",
+                   help="with --client helm: the bundle's CRDs are in the chart's crds/, which Helm never deletes")
     p.set_defaults(run=run)
 
 
@@ -152,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         raise MalformedManifest("--repeat", "needs --client kubectl and a positive number of seconds")
     if args.flux_deletion_policy is not None and args.client != "flux":
         raise MalformedManifest("--flux-deletion-policy", "needs --client flux")
+    if args.helm_crds_dir and args.client != "helm":
+        raise MalformedManifest("--helm-crds-dir", "needs --client helm")
     manifests = load_bundles(args.filename, check_crds=True)
     choices = None
     if args.interleaving is not None:
@@ -163,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
     warnings = record_warnings(cluster)
     cluster.load(manifests)
     loaded = len(warnings)  # warnings while creating the bundle are not part of the teardown
-    cluster.teardown(args.client, repeat=args.repeat, flux_deletion_policy=args.flux_deletion_policy or "MirrorPrune")
+    cluster.teardown(args.client, repeat=args.repeat, flux_deletion_policy=args.flux_deletion_policy or "MirrorPrune",
+                     helm_crds_dir=args.helm_crds_dir)
     verdict = cluster.run()
     if choices is not None and len(choices.path.taken) < len(choices.path.prefix):
         raise ChoiceError(f"{args.interleaving}: this teardown met only {len(choices.path.taken)} choice points; "

@@ -24,6 +24,10 @@
                         tried even after a refusal; a refused pass is retried whole on Flux's rate limiter
                         (750 ms·2ⁿ ≤ 15 min); the finalizer goes once a pass is not refused (or, with
                         deletionPolicy WaitForTermination, once what it deleted is gone)
+    HelmUninstall       `helm uninstall` (v3.22.0) of a release that is the bundle: ONE pass of Background DELETEs
+                        in Helm's uninstall order by kind, each kind's objects at once and the next kind after
+                        them, every object tried; a refused pass fails the command and nothing retries (the
+                        gate's replay may finish it); CRDs from the chart's crds/ are never deleted
     IdealDelete         the yardstick, not a real deleter: after every change it deletes each object whose
                         DELETE the gate would allow now (it asks with a dry run first, so it is never
                         refused), and nothing else - each phase starts the moment the previous one
@@ -47,7 +51,7 @@ from .engine import Engine
 from .store import StatusError, Store
 from .timeline import GONE, NOT_FOUND, Timeline
 
-CLIENTS = ("manifestwork", "kubectl", "namespace", "gc-background", "gc-foreground", "flux", "ideal")
+CLIENTS = ("manifestwork", "kubectl", "namespace", "gc-background", "gc-foreground", "flux", "helm", "ideal")
 FLUX_DELETION_POLICIES = ("MirrorPrune", "WaitForTermination")
 
 # ssa's ReconcileOrder: the kinds Flux applies first (in this order) and last; every other kind sits between
@@ -71,6 +75,44 @@ def flux_delete_order(objects: Iterable[tuple[ObjectRef, str]]) -> list[ObjectRe
         return index, ref.group_resource.group, kind, ref.namespace, ref.name
 
     return [ref for ref, _kind in sorted(objects, key=key, reverse=True)]
+
+
+# Helm's releaseutil.InstallOrder and UninstallOrder: kinds it does not list go last, by kind name; objects of one
+# kind keep their place in the release's manifest.
+# https://github.com/helm/helm/blob/v3.22.0/pkg/releaseutil/kind_sorter.go#L28-L110
+HELM_INSTALL_ORDER = (
+    "PriorityClass", "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange", "PodSecurityPolicy",
+    "PodDisruptionBudget", "ServiceAccount", "Secret", "SecretList", "ConfigMap", "StorageClass", "PersistentVolume",
+    "PersistentVolumeClaim", "CustomResourceDefinition", "ClusterRole", "ClusterRoleList", "ClusterRoleBinding",
+    "ClusterRoleBindingList", "Role", "RoleList", "RoleBinding", "RoleBindingList", "Service", "DaemonSet", "Pod",
+    "ReplicationController", "ReplicaSet", "Deployment", "HorizontalPodAutoscaler", "StatefulSet", "Job", "CronJob",
+    "IngressClass", "Ingress", "APIService")
+HELM_UNINSTALL_ORDER = (
+    "APIService", "Ingress", "IngressClass", "Service", "CronJob", "Job", "StatefulSet", "HorizontalPodAutoscaler",
+    "Deployment", "ReplicaSet", "ReplicationController", "Pod", "DaemonSet", "RoleBindingList", "RoleBinding",
+    "RoleList", "Role", "ClusterRoleBindingList", "ClusterRoleBinding", "ClusterRoleList", "ClusterRole",
+    "CustomResourceDefinition", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "ConfigMap",
+    "SecretList", "Secret", "ServiceAccount", "PodDisruptionBudget", "PodSecurityPolicy", "LimitRange",
+    "ResourceQuota", "NetworkPolicy", "Namespace", "PriorityClass")
+
+
+def _helm_kind_rank(kind: str, order: Sequence[str]) -> tuple[int, str]:
+    """releaseutil's lessByKind as a key: a listed kind by its place, any other after them by its name."""
+    return (order.index(kind), "") if kind in order else (len(order), kind)
+
+
+def helm_uninstall_order(objects: Iterable[tuple[ObjectRef, str]]) -> list[ObjectRef]:
+    """(ref, kind) pairs of a chart's templates, in file order, in the order `helm uninstall` deletes them.
+
+    `helm install` stores the release's manifest in InstallOrder (a stable sort, action.go renderResources);
+    uninstall splits it into `manifest-<i>` entries, walks them in the string order of those keys (manifest-10
+    before manifest-2: SortManifests sorts its file names with sort.Strings), and sorts them stably by
+    UninstallOrder (https://github.com/helm/helm/blob/v3.22.0/pkg/releaseutil/manifest_sorter.go#L77-L110,
+    https://github.com/helm/helm/blob/v3.22.0/pkg/action/uninstall.go#L211-L247)."""
+    installed = sorted(objects, key=lambda item: _helm_kind_rank(item[1], HELM_INSTALL_ORDER))
+    keyed = [(_helm_kind_rank(kind, HELM_UNINSTALL_ORDER), f"manifest-{i}", ref)
+             for i, (ref, kind) in enumerate(installed)]
+    return [ref for _rank, _key, ref in sorted(keyed, key=lambda item: (item[0], item[1]))]
 
 
 class Client:
@@ -369,6 +411,61 @@ class FluxKustomization(Client):
                 f"refused{waits} ({len(self.passes)} pass{'es' if len(self.passes) != 1 else ''})")
 
 
+class HelmUninstall(Client):
+    """`helm uninstall` (v3.22.0) of a release holding the bundle, as its source does.
+
+    - The release's objects in Helm's uninstall order (`helm_uninstall_order`); with `crds_dir` the bundle's
+      CustomResourceDefinitions came from the chart's crds/: they are not in the release's manifest, and Helm
+      never deletes them (https://helm.sh/docs/chart_best_practices/custom_resource_definitions/).
+    - One Background DELETE per object (`--cascade background`, the default), without a precondition: the
+      objects of one kind at once, the next kind once they are all answered (kube.Client batchPerform); a
+      refusal is collected and the pass goes on; a 404 counts as deleted
+      (https://github.com/helm/helm/blob/v3.22.0/pkg/kube/client.go#L513-L628).
+    - Any refusal fails the command ("failed to delete release"), the release stays `uninstalling`, and nothing
+      sends those DELETEs again (uninstall.go#L123-L127): a person re-runs it, or the gate's replay finishes the
+      teardown. `failed` says whether the pass was refused; `done_at` when the command returned.
+    """
+
+    LATENCY = 0.005  # one request's round trip; a kind's DELETEs are in flight together
+    retrying = False
+
+    def __init__(self, refs: Iterable[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
+                 rng: random.Random, bundle: str = "", crds_dir: bool = False) -> None:
+        name = (bundle or "bundle").replace("/", "-")
+        super().__init__(refs, store=store, engine=engine, timeline=timeline, rng=rng, actor=f"helm/{name}",
+                         user="kubernetes-admin")
+        self.crds_dir = crds_dir
+        self.order: list[ObjectRef] = []
+        self.failed: bool | None = None
+        self.done_at: float | None = None
+
+    def _kind(self, ref: ObjectRef) -> str:
+        t = self.store.mapper.lookup(ref.group_resource)
+        return t.kind if t is not None else ref.group_resource.resource
+
+    def start(self, delay: float = 0.0) -> None:
+        kinds = [(r, self._kind(r)) for r in self.refs]
+        self.order = helm_uninstall_order((r, k) for r, k in kinds
+                                          if not (self.crds_dir and k == "CustomResourceDefinition"))
+        self.engine.schedule(delay, lambda: self._kind_batch(0, failed=False))
+
+    def _kind_batch(self, i: int, *, failed: bool) -> None:
+        if i == len(self.order):
+            self.failed, self.done_at = failed, self.timeline.now()
+            return
+        kind = self._kind(self.order[i])
+        j = i
+        while j < len(self.order) and self._kind(self.order[j]) == kind:
+            failed = not self._delete(self.order[j], "Background") or failed
+            j += 1
+        self.engine.schedule(self.LATENCY, lambda: self._kind_batch(j, failed=failed))
+
+    def describe(self) -> str:
+        kept = "; the CRDs in the chart's crds/ are never deleted" if self.crds_dir else ""
+        return ("helm uninstall makes one pass in Helm's uninstall order by kind and does not retry a refused "
+                f"DELETE{kept}")
+
+
 class NamespaceDelete(_RetryingClient):
     """Deletes the bundle's namespaces and whatever lies outside them; the namespace controller does the rest."""
 
@@ -506,7 +603,7 @@ class IdealDelete(Client):
 
 def make_client(kind: str, refs: Sequence[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
                 rng: random.Random, bundle: str = "", repeat: float | None = None,
-                flux_deletion_policy: str = "MirrorPrune") -> Client:
+                flux_deletion_policy: str = "MirrorPrune", helm_crds_dir: bool = False) -> Client:
     """A client by its `--client` name."""
     if kind == "manifestwork":
         return ManifestWorkAgent(refs, bundle=bundle, store=store, engine=engine, timeline=timeline, rng=rng)
@@ -520,10 +617,14 @@ def make_client(kind: str, refs: Sequence[ObjectRef], *, store: Store, engine: E
     if kind == "flux":
         return FluxKustomization(refs, bundle=bundle, deletion_policy=flux_deletion_policy, store=store,
                                  engine=engine, timeline=timeline, rng=rng)
+    if kind == "helm":
+        return HelmUninstall(refs, bundle=bundle, crds_dir=helm_crds_dir, store=store, engine=engine,
+                             timeline=timeline, rng=rng)
     if kind == "ideal":
         return IdealDelete(refs, store=store, engine=engine, timeline=timeline, rng=rng)
     raise ValueError(f"unknown client {kind!r}; expected one of {', '.join(CLIENTS)}")
 
 
-__all__ = ["CLIENTS", "FLUX_DELETION_POLICIES", "Client", "FluxKustomization", "IdealDelete", "KubectlDelete",
-           "ManifestWorkAgent", "NamespaceDelete", "OwnerDelete", "flux_delete_order", "make_client"]
+__all__ = ["CLIENTS", "FLUX_DELETION_POLICIES", "Client", "FluxKustomization", "HelmUninstall", "IdealDelete",
+           "KubectlDelete", "ManifestWorkAgent", "NamespaceDelete", "OwnerDelete", "flux_delete_order",
+           "helm_uninstall_order", "make_client"]

@@ -296,7 +296,7 @@ class Cluster:
     # --- teardown -------------------------------------------------------------------------------------
     def teardown(self, client: str = "manifestwork", *, bundles: Iterable[str] | None = None,
                  repeat: float | None = None, delay: float = 0.0,
-                 flux_deletion_policy: str = "MirrorPrune") -> list[Client]:
+                 flux_deletion_policy: str = "MirrorPrune", helm_crds_dir: bool = False) -> list[Client]:
         """Start deleting `bundles` (default: all) with `client`: one per bundle, kubectl one for all."""
         if client not in CLIENTS:
             raise ValueError(f"unknown client {client!r}; expected one of {', '.join(CLIENTS)}")
@@ -307,7 +307,7 @@ class Cluster:
         for bundle, refs in groups:
             c = make_client(client, refs, store=self.store, engine=self.engine, timeline=self.timeline,
                             rng=self.rng, bundle=_bundle_name(bundle), repeat=repeat,
-                            flux_deletion_policy=flux_deletion_policy)
+                            flux_deletion_policy=flux_deletion_policy, helm_crds_dir=helm_crds_dir)
             for r in refs:
                 self._teardown[r] = None
                 if self.store.state.get(r) is not None:

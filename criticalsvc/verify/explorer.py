@@ -16,7 +16,8 @@ points, so every order a user may write is explored), `kubectl-repeat` (re-run e
 `gc` (a ClusterRole owning everything is deleted; the garbage collector deletes the rest, retrying) and `flux`
 (Flux's kustomize-controller finalizing a deleted Kustomization whose inventory is the bundle: every object each
 pass in ssa's reverse apply order, the whole pass repeated on its rate limiter after a refusal; deletionPolicy
-MirrorPrune, criticalsvc/sim/clients.py FluxKustomization).
+MirrorPrune, criticalsvc/sim/clients.py FluxKustomization) and `helm` (`helm uninstall` of a release that is the
+bundle: one pass in Helm's uninstall order by kind, no retry, criticalsvc/sim/clients.py HelmUninstall).
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ from .configurations import (
 from .interleavings import ChoiceRandom, Path, paths, render
 from .oracle import Oracle, Violation
 
-DELETERS = ("kubectl", "kubectl-repeat", "namespace", "manifestwork", "gc", "flux")
+DELETERS = ("kubectl", "kubectl-repeat", "namespace", "manifestwork", "gc", "flux", "helm")
 REPEAT = 30.0  # kubectl-repeat: a person re-running `kubectl delete -f` every 30 s
 CLIENT = {"kubectl": "kubectl", "kubectl-repeat": "kubectl", "namespace": "namespace", "manifestwork": "manifestwork",
-          "gc": "gc-background", "flux": "flux"}
+          "gc": "gc-background", "flux": "flux", "helm": "helm"}
 
 
 def inert_types(store: Store) -> Callable[[Any], bool]:

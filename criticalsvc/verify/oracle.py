@@ -15,8 +15,8 @@ raw objects, never criticalsvc.criteria, state or decision. Its two properties:
 **Liveness**, judged on the verdict: with a retrying deleter, or replay on, everything goes except what
 `stays` says the docs say stays (the deletion-protected object and what transitively waits for it:
 README, "the label ... keeps a namespace being deleted Terminating until the label is removed"); with a
-one-pass deleter and no replay (kubectl once), what is left is only what kubectl was refused, none of it
-half-deleted (terminating), besides `stays` (design/criticalservice.md §6, "kubectl delete -f does not retry").
+one-pass deleter and no replay (kubectl once, `helm uninstall`), what is left is only what it was refused, none
+of it half-deleted (terminating), besides `stays` (design/criticalservice.md §6, "kubectl delete -f does not retry").
 """
 
 from __future__ import annotations
