@@ -77,6 +77,7 @@ from .cache.transport import (
     TransportError,
     list_items,
 )
+from .caughtup import CaughtUpDecision, CaughtUpReader
 from .condition import Condition
 from .decision import Decision, Rule, decide, deny
 from .errors import InvalidInput, StateUnavailable
@@ -297,6 +298,8 @@ class Confirmation:
     rounds: int = 0
     # The read that made `decision` a "could not verify" denial, if one did.
     error: LiveReadFailed | None = None
+    # Set when the decision was made on the cache caught up to one consistent read (criticalsvc/caughtup.py).
+    caught_up: CaughtUpDecision | None = None
 
     @property
     def failure(self) -> FailureReason | None:
@@ -310,8 +313,12 @@ class LiveReader:
                  max_rounds: int = MAX_ROUNDS, confirm_unprotected: bool = False,
                  on_failure: Callable[[FailureReason], None] | None = None, mirror: Mirror | None = None,
                  catch_up_above: int = CATCH_UP_ABOVE, catch_up_timeout: float = CATCH_UP_TIMEOUT,
-                 on_finalizer_read: Callable[[ReadMethod, float], None] | None = None) -> None:
+                 on_finalizer_read: Callable[[ReadMethod, float], None] | None = None,
+                 caught_up: CaughtUpReader | None = None) -> None:
         self.transport = transport
+        # With it, a confirmation whose decision reads a type of catch_up_above objects or more is made on the
+        # cache caught up to one consistent read (criticalsvc/caughtup.py); the fresh reads below if that fails.
+        self.caught_up = caught_up
         self.mapper = mapper
         self.timeout = timeout
         # Without a mirror every Finalizer criterion is read by LIST.
@@ -380,9 +387,25 @@ class LiveReader:
             return Confirmation(decision, confirmed=False)
         return await self.decide(request)
 
+    def _on_caught_up_cache(self, request: AdmissionRequest) -> bool:
+        """Whether to confirm on the caught-up cache: some type the decision reads is too large to read fresh."""
+        cache = self.caught_up.cache if self.caught_up is not None else None
+        if cache is None or self.caught_up is None:
+            return False
+        reads = self.caught_up.reads(request)
+        return any(cache.count(gr) >= self.catch_up_above for gr in reads.types | {CRITICAL_SERVICES})
+
     async def decide(self, request: AdmissionRequest) -> Confirmation:
         """`decide(request, <fresh reads>)`; a read that fails or times out makes it a denial."""
         began = time.monotonic()
+        if self.caught_up is not None and self._on_caught_up_cache(request):
+            try:
+                caught = await self.caught_up.decide(request, deadline=began + self.catch_up_timeout)
+            except (CatchUpFailed, TimeoutError, APIError) as exc:
+                # Never an ALLOW: the fresh reads decide instead, within what is left of the budget.
+                log.info("the caught-up cache could not decide; reading fresh", error=str(exc) or type(exc).__name__)
+            else:
+                return Confirmation(caught.decision, confirmed=True, rounds=caught.rounds, caught_up=caught)
         memo: dict[Question, Any] = {}
         for round_ in range(1, self.max_rounds + 1):
             live = LiveState(memo, mapper=self.mapper)

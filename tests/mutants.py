@@ -42,6 +42,7 @@ REPLAY_TESTS = ("tests/test_replay_safety.py",)
 REPLAYER_TESTS = ("tests/test_replayer.py",)
 ROUTER_TESTS = ("tests/test_webhookrouter.py",)
 VERIFY = "tests/test_verify.py"
+CAUGHT_UP = "tests/test_caughtup.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("replay-settled-uid", "criticalsvc/replay.py",
@@ -97,6 +98,30 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),
+    # Never an ALLOW from a stale cache: the confirmation on the cache caught up to one consistent read.
+    Mutant("caughtup-no-probe", "criticalsvc/cache/current.py",
+           "    if compare_resource_versions(start, target) >= 0:\n", "    if True:\n", (CAUGHT_UP,)),
+    Mutant("caughtup-floor-not-waited-for", "criticalsvc/cache/current.py",
+           "        if proof.holds(now):\n", "        if True:\n", (CAUGHT_UP,)),
+    Mutant("caughtup-floor-forgotten", "criticalsvc/cache/current.py",
+           "    proof = Current(gr, target, floor, watches)\n", "    proof = Current(gr, target, start, watches)\n",
+           (f"{CAUGHT_UP}::test_a_cache_relisted_below_what_the_probe_saw_is_waited_for",)),
+    Mutant("caughtup-410-as-current", "criticalsvc/cache/current.py",
+           "            if exc.gone:\n                raise expired from exc\n",
+           "            if exc.gone:\n                return Current(gr, target, floor, watches)\n",
+           (f"{CAUGHT_UP}::test_an_expired_version_falls_back_to_the_fresh_reads",)),
+    Mutant("caughtup-one-round", "criticalsvc/caughtup.py",
+           "            if not stale:  # checked", "            if not stale or round_ > 1:  # checked",
+           (f"{CAUGHT_UP}::test_a_service_written_after_the_consistent_read_gets_its_types_proven",)),
+    Mutant("caughtup-version-reused", "criticalsvc/caughtup.py",
+           "        target = await fresh_version(self.transport, services, deadline)\n",
+           "        self.target = target = getattr(self, 'target', None) or await fresh_version(self.transport, "
+           "services, deadline)\n",
+           (f"{CAUGHT_UP}::test_each_confirmation_reads_its_own_version",)),
+    Mutant("caughtup-successor-read", "criticalsvc/cache/watchset.py",
+           "        if reflector is None or gr in self.successors or not reflector.watching:\n",
+           "        if reflector is None or not reflector.watching:\n",
+           (f"{CAUGHT_UP}::test_a_cache_listing_beside_its_watch_falls_back_to_the_fresh_reads",)),
 )
 
 

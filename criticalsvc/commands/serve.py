@@ -104,9 +104,9 @@ def register(sub: Any) -> None:
                         "gate the DELETEs (and held UPDATEs) of every CriticalService's provider type the shipped "
                         "configuration does not route (default: on; off also with --no-status)")
     p.add_argument("--catch-up-above", type=_non_negative_int, default=CATCH_UP_ABOVE, metavar="OBJECTS",
-                   help="a Finalizer criterion over a type the cache holds this many objects of is confirmed from the "
-                        "cache, caught up to a consistent read's version by a watch, instead of by a LIST of the whole "
-                        "type (0: always; default %(default)d)")
+                   help="a protected ALLOW whose decision reads a type the cache holds this many objects of is "
+                        "confirmed on the cache, caught up to one consistent read's version (by a watch when it lags), "
+                        "instead of by fresh reads of every question (0: always; default %(default)d)")
     p.add_argument("--webhook-configuration", default="criticalsvc", metavar="NAME",
                    help="the shipped ValidatingWebhookConfiguration: only read, to copy its clientConfig into and "
                         "own criticalsvc-providers (default: %(default)s)")
@@ -261,6 +261,7 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             confirm, needs_confirmation = None, allowed_and_protected
         else:
             from ..cache import CacheState, KubeTransport, connect
+            from ..caughtup import CaughtUpReader
             from ..live import LiveReader
             from ..statuswriter import StatusWriter
 
@@ -269,7 +270,8 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             transport = KubeTransport(api)
             cache = CacheState(transport, on_watch_restart=lambda r: metrics.watch_restarts.labels(r).inc())
             reader = LiveReader(transport, mapper=cache.mapper, mirror=cache, catch_up_above=args.catch_up_above,
-                                on_finalizer_read=lambda m, s: metrics.finalizer_reads.labels(m).observe(s))
+                                on_finalizer_read=lambda m, s: metrics.finalizer_reads.labels(m).observe(s),
+                                caught_up=CaughtUpReader(transport, cache))
             source, confirm, needs_confirmation = cache, reader.confirm, reader.needs_confirmation
             from ..cache.access import ReadAccess
 
