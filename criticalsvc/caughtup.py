@@ -27,10 +27,15 @@ single version (listing, or not watched), a 410, a decision the cache itself can
 
 Several API servers. The consistent read is answered by one, the probes may reach another. Each watch
 cache serves events in revision order and a bookmark promises every event of its type up to its version;
-so a lagging API server makes the probe wait (its bookmarks are short of the target), never wrong. The
-one assumption is that all the types share the etcd the target came from: kube-apiserver's
-`--etcd-servers-overrides` puts a type in another etcd, whose revisions do not compare with the target
-(design/kubernetes-semantics.md §13 says what then).
+so a lagging API server makes the probe wait (its bookmarks are short of the target), never wrong.
+
+One etcd. The target bounds a type only if the type is stored in the etcd the CriticalServices are: its
+versions are then revisions of the same counter. That holds for every custom resource kube-apiserver serves
+from a CRD (they use the main --etcd-servers; `--etcd-servers-overrides` "applies only to resources compiled
+into this server binary", staging/src/k8s.io/apiserver/pkg/server/options/etcd.go) and for the types compiled
+into kube-apiserver unless such an override moves them (`separate_storage` names those, as `serve
+--separate-storage`). A type of any other group (an aggregated API server's: its own storage, its own
+counter) gets its own target, from its own `?limit=1` read: one more small read for each such type.
 """
 
 from __future__ import annotations
@@ -55,6 +60,15 @@ from .state import ClusterState
 
 # Rounds: each may add the types of a CriticalService the cache showed only after the round before.
 MAX_ROUNDS = 4
+# The groups kube-apiserver v1.37.2 stores in its own etcd (the RESTStorageProviders of
+# https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/controlplane/instance.go, with the CRDs and the
+# aggregator's APIServices), so in the etcd of the CriticalServices unless --etcd-servers-overrides moves a type.
+KUBE_APISERVER_GROUPS = frozenset({
+    "", "admissionregistration.k8s.io", "apiextensions.k8s.io", "apiregistration.k8s.io", "apps", "autoscaling",
+    "batch", "certificates.k8s.io", "coordination.k8s.io", "discovery.k8s.io", "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io", "internal.apiserver.k8s.io", "lifecycle.k8s.io", "networking.k8s.io",
+    "node.k8s.io", "policy", "rbac.authorization.k8s.io", "resource.k8s.io", "scheduling.k8s.io", "storage.k8s.io",
+    "storagemigration.k8s.io"})
 # The CriticalService type when the cache's mapper does not know it yet (it is ours).
 _SERVICES_TYPE = ResourceType("criticalsvc.io", VERSION, "CriticalService", "criticalservices", "criticalservice",
                               False, ("csvc",))
@@ -73,6 +87,8 @@ class CurrentCache(Protocol):
     def wait_event(self, timeout: float) -> Awaitable[bool]: ...
 
     def count(self, gr: GroupResource) -> int: ...
+
+    def defined_by_crd(self, gr: GroupResource) -> bool: ...
 
 
 class ReadTypes:
@@ -137,10 +153,21 @@ class CaughtUpDecision:
 class CaughtUpReader:
     """Decides a request on the cache, caught up to one consistent read made for it (steps 1-4 above)."""
 
-    def __init__(self, transport: Transport, cache: CurrentCache, *, max_rounds: int = MAX_ROUNDS) -> None:
+    def __init__(self, transport: Transport, cache: CurrentCache, *, max_rounds: int = MAX_ROUNDS,
+                 separate_storage: frozenset[GroupResource] = frozenset()) -> None:
         self.transport = transport
         self.cache = cache
         self.max_rounds = max_rounds
+        # Types kube-apiserver stores in another etcd (its --etcd-servers-overrides): each gets its own target.
+        self.separate_storage = separate_storage
+
+    def shares_target(self, gr: GroupResource) -> bool:
+        """Whether gr is stored in the CriticalServices' etcd, so their version bounds it ("One etcd" above)."""
+        if gr in self.separate_storage:
+            return False
+        if gr.group in KUBE_APISERVER_GROUPS or gr == CRITICAL_SERVICES:
+            return True
+        return self.cache.defined_by_crd(gr)
 
     def reads(self, request: AdmissionRequest) -> ReadTypes:
         """The types the cache's decision of `request` reads now (to choose a confirmation before making one)."""
@@ -176,6 +203,8 @@ class CaughtUpReader:
         resource = self.cache.watched_type(gr)
         if resource is None:
             raise NoSingleVersion(f"the gate does not watch {gr}")
+        if not self.shares_target(gr):
+            target = await fresh_version(self.transport, resource, deadline)  # its own counter: its own read
         return await prove_current(self.transport, resource, exact=lambda: self.cache.exact_version(gr),
                                    changed=self.cache.wait_event, target=target, deadline=deadline)
 

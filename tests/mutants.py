@@ -118,6 +118,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "        self.target = target = getattr(self, 'target', None) or await fresh_version(self.transport, "
            "services, deadline)\n",
            (f"{CAUGHT_UP}::test_each_confirmation_reads_its_own_version",)),
+    Mutant("caughtup-one-etcd-assumed", "criticalsvc/caughtup.py",
+           "        if not self.shares_target(gr):\n", "        if False:\n",
+           (f"{CAUGHT_UP}::test_a_type_in_another_etcd_is_caught_up_to_a_version_of_its_own",)),
     Mutant("caughtup-successor-read", "criticalsvc/cache/watchset.py",
            "        if reflector is None or gr in self.successors or not reflector.watching:\n",
            "        if reflector is None or not reflector.watching:\n",

@@ -381,3 +381,48 @@ async def test_an_expired_version_and_no_single_version_are_failures() -> None:
         await prove_current(transport, CONFIGMAP_TYPE, exact=Versions(None).exact, changed=Versions().changed,
                             target="20", deadline=time.monotonic() + 5)
 
+
+
+# --- one etcd, or a version of its own -----------------------------------------------------------------------
+async def test_a_type_in_another_etcd_is_caught_up_to_a_version_of_its_own() -> None:
+    """A type kube-apiserver stores in another etcd (--etcd-servers-overrides, told by `serve --separate-storage`)
+    counts its versions apart: it is caught up to its own consistent read, never to the CriticalServices'."""
+    with cluster_of(service("cleaner", FINALIZER_CRITERION)) as env:
+        async with gate(env) as (cache, _reader, transport):
+            reader = LiveReader(transport, mapper=cache.mapper, mirror=cache, catch_up_above=0,
+                                caught_up=CaughtUpReader(transport, cache, separate_storage=frozenset({CONFIGMAPS})))
+            assert reader.caught_up is not None
+            assert reader.caught_up.shares_target(CRITICAL_SERVICES) and not reader.caught_up.shares_target(CONFIGMAPS)
+            since = len(transport.calls)
+            confirmation = await reader.decide(provider_delete())
+            assert confirmation.decision.allowed and confirmation.caught_up is not None
+            assert ("get", CONFIGMAPS_PATH, {"limit": "1"}) in transport.calls[since:]
+
+
+async def test_only_kube_apiserver_types_and_custom_resources_share_the_version() -> None:
+    """A group no CRD defines and kube-apiserver does not serve itself is an aggregated API server's, with its own
+    storage; a group from a CRD the cache holds is stored with the CriticalServices."""
+    with cluster_of(service("cleaner", FINALIZER_CRITERION)) as env:
+        env.store.create({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                          "metadata": {"name": "widgets.ex.com"}, "spec": {
+                              "group": "ex.com", "scope": "Namespaced",
+                              "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                              "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                                  "openAPIV3Schema": {"type": "object"}}}]}})
+        async with gate(env) as (cache, _reader, transport):
+            await eventually(lambda: cache.defined_by_crd(GroupResource("ex.com", "widgets")), what="the CRD cached")
+            reader = CaughtUpReader(transport, cache)
+            assert reader.shares_target(GroupResource("ex.com", "widgets"))
+            assert reader.shares_target(GroupResource("apps", "deployments")) and reader.shares_target(CONFIGMAPS)
+            assert not reader.shares_target(GroupResource("metrics.k8s.io", "pods"))
+
+
+def test_separate_storage_is_given_as_kube_apiserver_writes_its_overrides(capsys: pytest.CaptureFixture[str]) -> None:
+    from criticalsvc.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--separate-storage", "/pods", "--separate-storage", "apps/deployments"])
+    assert args.separate_storage == [GroupResource("", "pods"), GroupResource("apps", "deployments")]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--separate-storage", "apps/v1/deployments"])
+    assert "--separate-storage: expected GROUP/RESOURCE (as /pods or apps/deployments), got 'apps/v1/deployments'" \
+        in capsys.readouterr().err

@@ -30,7 +30,7 @@ import random
 import time
 from collections.abc import Callable, Collection, Mapping
 
-from ..api import CriticalService, GroupResource, ObjectRef
+from ..api import CRDS, CriticalService, GroupResource, ObjectRef
 from ..backoff import Backoff
 from ..condition import Condition
 from ..labels import LabelSelector
@@ -236,6 +236,10 @@ class CacheState:
     def count(self, gr: GroupResource) -> int:
         """Objects of gr the cache holds."""
         return self.memory.count(gr)
+
+    def defined_by_crd(self, gr: GroupResource) -> bool:
+        """Whether the cache holds a CustomResourceDefinition of gr (so kube-apiserver serves and stores it)."""
+        return self.memory.get(ObjectRef(CRDS, "", f"{gr.resource}.{gr.group}")) is not None
 
     def carriers(self, gr: GroupResource, finalizer: str) -> MirrorView | None:
         """The objects of gr carrying `finalizer` and the version they are the state at, taken in one step

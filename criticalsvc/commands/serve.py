@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..api import GroupResource
 from ..atomicfile import write_atomically
 from ..errors import InvalidInput
 from ..replay import ARM_WINDOW, TIME_TO_LIVE
@@ -107,6 +108,11 @@ def register(sub: Any) -> None:
                    help="a protected ALLOW whose decision reads a type the cache holds this many objects of is "
                         "confirmed on the cache, caught up to one consistent read's version (by a watch when it lags), "
                         "instead of by fresh reads of every question (0: always; default %(default)d)")
+    p.add_argument("--separate-storage", type=_group_resource, action="append", default=[],
+                   metavar="GROUP/RESOURCE",
+                   help="a type kube-apiserver stores in another etcd (its --etcd-servers-overrides, same format: "
+                        "/pods, apps/deployments): the confirmation on the caught-up cache reads its own fresh version "
+                        "(repeatable; see design/kubernetes-semantics.md §13)")
     p.add_argument("--webhook-configuration", default="criticalsvc", metavar="NAME",
                    help="the shipped ValidatingWebhookConfiguration: only read, to copy its clientConfig into and "
                         "own criticalsvc-providers (default: %(default)s)")
@@ -126,6 +132,13 @@ def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of bytes, got {text!r}")
     return int(text)
+
+
+def _group_resource(text: str) -> GroupResource:
+    group, slash, resource = text.rpartition("/")
+    if (slash and not resource) or "/" in group or not resource.replace("-", "").replace(".", "").isalnum():
+        raise argparse.ArgumentTypeError(f"expected GROUP/RESOURCE (as /pods or apps/deployments), got {text!r}")
+    return GroupResource(group, resource)
 
 
 def _non_negative_int(text: str) -> int:
@@ -271,7 +284,8 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             cache = CacheState(transport, on_watch_restart=lambda r: metrics.watch_restarts.labels(r).inc())
             reader = LiveReader(transport, mapper=cache.mapper, mirror=cache, catch_up_above=args.catch_up_above,
                                 on_finalizer_read=lambda m, s: metrics.finalizer_reads.labels(m).observe(s),
-                                caught_up=CaughtUpReader(transport, cache))
+                                caught_up=CaughtUpReader(transport, cache,
+                                                         separate_storage=frozenset(args.separate_storage)))
             source, confirm, needs_confirmation = cache, reader.confirm, reader.needs_confirmation
             from ..cache.access import ReadAccess
 
