@@ -314,11 +314,13 @@ class LiveReader:
                  on_failure: Callable[[FailureReason], None] | None = None, mirror: Mirror | None = None,
                  catch_up_above: int = CATCH_UP_ABOVE, catch_up_timeout: float = CATCH_UP_TIMEOUT,
                  on_finalizer_read: Callable[[ReadMethod, float], None] | None = None,
-                 caught_up: CaughtUpReader | None = None) -> None:
+                 caught_up: CaughtUpReader | None = None,
+                 on_caught_up: Callable[[CaughtUpDecision, float], None] | None = None) -> None:
         self.transport = transport
         # With it, a confirmation whose decision reads a type of catch_up_above objects or more is made on the
         # cache caught up to one consistent read (criticalsvc/caughtup.py); the fresh reads below if that fails.
         self.caught_up = caught_up
+        self.on_caught_up = on_caught_up  # (what it took, seconds) after each decision on the caught-up cache
         self.mapper = mapper
         self.timeout = timeout
         # Without a mirror every Finalizer criterion is read by LIST.
@@ -405,6 +407,8 @@ class LiveReader:
                 # Never an ALLOW: the fresh reads decide instead, within what is left of the budget.
                 log.info("the caught-up cache could not decide; reading fresh", error=str(exc) or type(exc).__name__)
             else:
+                if self.on_caught_up is not None:
+                    self.on_caught_up(caught, time.monotonic() - began)
                 return Confirmation(caught.decision, confirmed=True, rounds=caught.rounds, caught_up=caught)
         memo: dict[Question, Any] = {}
         for round_ in range(1, self.max_rounds + 1):

@@ -285,7 +285,9 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             reader = LiveReader(transport, mapper=cache.mapper, mirror=cache, catch_up_above=args.catch_up_above,
                                 on_finalizer_read=lambda m, s: metrics.finalizer_reads.labels(m).observe(s),
                                 caught_up=CaughtUpReader(transport, cache,
-                                                         separate_storage=frozenset(args.separate_storage)))
+                                                         separate_storage=frozenset(args.separate_storage)),
+                                on_caught_up=lambda c, s: metrics.caught_up_confirmations.labels(
+                                    "watch" if c.watches else "already").observe(s))
             source, confirm, needs_confirmation = cache, reader.confirm, reader.needs_confirmation
             from ..cache.access import ReadAccess
 
