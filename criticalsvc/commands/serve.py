@@ -287,7 +287,8 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
                                 caught_up=CaughtUpReader(transport, cache,
                                                          separate_storage=frozenset(args.separate_storage)),
                                 on_caught_up=lambda c, s: metrics.caught_up_confirmations.labels(
-                                    "watch" if c.watches else "already").observe(s))
+                                    "watch" if c.watches else "already").observe(s),
+                                predict_from=cache)
             source, confirm, needs_confirmation = cache, reader.confirm, reader.needs_confirmation
             from ..cache.access import ReadAccess
 
