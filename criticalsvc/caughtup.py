@@ -41,8 +41,8 @@ counter) gets its own target, from its own `?limit=1` read: one more small read 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Collection, Mapping
-from typing import Protocol
+from collections.abc import Awaitable, Collection, Coroutine, Iterable, Mapping
+from typing import Any, Protocol
 
 import attrs
 
@@ -150,6 +150,21 @@ class CaughtUpDecision:
     types: frozenset[GroupResource]
 
 
+async def _all(proofs: Iterable[Coroutine[Any, Any, Current]]) -> list[Current]:
+    """Every proof, or the first failure, with the others stopped (their watches closed) rather than left running."""
+    tasks = [asyncio.ensure_future(p) for p in proofs]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+    failures = [exc for task in tasks if task.done() and not task.cancelled()
+                and (exc := task.exception()) is not None]  # every one retrieved, the first raised
+    if failures:
+        raise failures[0]
+    return [task.result() for task in tasks]
+
+
 class CaughtUpReader:
     """Decides a request on the cache, caught up to one consistent read made for it (steps 1-4 above)."""
 
@@ -194,7 +209,7 @@ class CaughtUpReader:
                      not proven[gr].holds(self.cache.exact_version(gr))]
             if not stale:  # checked in the same step as the decision: it was made on the proven state
                 return CaughtUpDecision(decision, target, round_, watches, types)
-            for proof in await asyncio.gather(*(self._prove(gr, target, deadline) for gr in stale)):
+            for proof in await _all(self._prove(gr, target, deadline) for gr in stale):
                 proven[proof.group_resource] = proof
                 watches += proof.watches
         raise CatchUpFailed(f"the types to read kept changing for {self.max_rounds} rounds")
