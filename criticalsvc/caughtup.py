@@ -184,12 +184,6 @@ class CaughtUpReader:
             return True
         return self.cache.defined_by_crd(gr)
 
-    def reads(self, request: AdmissionRequest) -> ReadTypes:
-        """The types the cache's decision of `request` reads now (to choose a confirmation before making one)."""
-        reads = ReadTypes(self.cache.state)
-        decide(request, reads)
-        return reads
-
     async def decide(self, request: AdmissionRequest, *, deadline: float) -> CaughtUpDecision:
         """Raises CatchUpFailed (NoSingleVersion, MirrorExpired) when the cache cannot answer, TimeoutError past
         `deadline`, or the transport's APIError."""

@@ -429,12 +429,32 @@ class LiveReader:
         return await self.decide(request)
 
     def _on_caught_up_cache(self, request: AdmissionRequest) -> bool:
-        """Whether to confirm on the caught-up cache: some type the decision reads is too large to read fresh."""
-        cache = self.caught_up.cache if self.caught_up is not None else None
-        if cache is None or self.caught_up is None:
+        """Whether to confirm on the caught-up cache: some fresh read the decision needs would bring catch_up_above
+        objects or more (as the cache counts them). Below that the fresh reads are quicker: a type nobody changed
+        lags the caught-up cache's version at almost every request and costs a bookmark, 1-2.25 s
+        (design/kubernetes-semantics.md §13.1), where a GET of one object, a LIST of a namespace or a selector
+        costs milliseconds at any size of the type."""
+        if self.caught_up is None:
             return False
-        reads = self.caught_up.reads(request)
-        return any(cache.count(gr) >= self.catch_up_above for gr in reads.types | {CRITICAL_SERVICES})
+        cache = self.caught_up.cache
+        if self.catch_up_above == 0:
+            return True
+        for q in predict_questions(request, cache.state, mapper=self.mapper):
+            match q:
+                case ("services",):
+                    size = cache.count(CRITICAL_SERVICES)
+                case ("carriers", GroupResource() as gr, *_):
+                    size = cache.count(gr)  # no selector exists for finalizers: the LIST is of the whole type
+                case ("list", GroupResource() as gr, namespace, *_):
+                    size = 1
+                    with contextlib.suppress(StateUnavailable):
+                        size = len(cache.state.select(gr, namespace=namespace if isinstance(namespace, str) else None,
+                                                      selector=None))
+                case _:
+                    size = 1
+            if size >= self.catch_up_above:
+                return True
+        return False
 
     async def decide(self, request: AdmissionRequest) -> Confirmation:
         """`decide(request, <fresh reads>)`; a read that fails or times out makes it a denial."""

@@ -426,3 +426,25 @@ def test_separate_storage_is_given_as_kube_apiserver_writes_its_overrides(capsys
         build_parser().parse_args(["serve", "--separate-storage", "apps/v1/deployments"])
     assert "--separate-storage: expected GROUP/RESOURCE (as /pods or apps/deployments), got 'apps/v1/deployments'" \
         in capsys.readouterr().err
+
+
+# --- which confirmation ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("criterion", "caught_up"), [
+    (FINALIZER_CRITERION, True),  # a LIST of every ConfigMap: 3 objects, at the threshold
+    ({"type": "Resources", "condition": "has(object.data.busy)",  # none is: met, over a LIST of 3
+      "resources": {"group": "", "resource": "configmaps", "namespace": "n"}}, True),
+    ({"type": "SpecificResource", "specificResource": {"group": "", "resource": "configmaps", "namespace": "n",
+                                                       "name": "lock"}}, False),  # one GET, at any size of the type
+    ({"type": "Resources", "resources": {"group": "", "resource": "configmaps", "namespace": "work"}}, False),
+])
+async def test_the_caught_up_cache_is_taken_only_where_a_fresh_read_would_be_large(criterion: dict[str, Any],
+                                                                                   caught_up: bool) -> None:
+    """Where the fresh read is small (a GET, an empty namespace) it is quicker than a lagging type's bookmark and
+    decides; where it would bring --catch-up-above objects or more, the caught-up cache decides."""
+    with cluster_of(service("cleaner", criterion)) as env:
+        async with gate(env) as (cache, _reader, transport):
+            reader = LiveReader(transport, mapper=cache.mapper, mirror=cache, catch_up_above=3,
+                                caught_up=CaughtUpReader(transport, cache))
+            confirmation = await reader.decide(provider_delete())
+            assert confirmation.decision.allowed, confirmation.decision.message
+            assert (confirmation.caught_up is not None) is caught_up

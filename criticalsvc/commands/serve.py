@@ -105,9 +105,10 @@ def register(sub: Any) -> None:
                         "gate the DELETEs (and held UPDATEs) of every CriticalService's provider type the shipped "
                         "configuration does not route (default: on; off also with --no-status)")
     p.add_argument("--catch-up-above", type=_non_negative_int, default=CATCH_UP_ABOVE, metavar="OBJECTS",
-                   help="a protected ALLOW whose decision reads a type the cache holds this many objects of is "
-                        "confirmed on the cache, caught up to one consistent read's version (by a watch when it lags), "
-                        "instead of by fresh reads of every question (0: always; default %(default)d)")
+                   help="a protected ALLOW whose fresh reads would bring this many objects (the cache's count: a "
+                        "Finalizer criterion's type, a namespace, a selector, the CriticalServices) is confirmed on "
+                        "the cache, caught up to one consistent read's version (by a watch when it lags), instead of "
+                        "by fresh reads of every question (0: always; default %(default)d)")
     p.add_argument("--separate-storage", type=_group_resource, action="append", default=[],
                    metavar="GROUP/RESOURCE",
                    help="a type kube-apiserver stores in another etcd (its --etcd-servers-overrides, same format: "
