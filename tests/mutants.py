@@ -98,7 +98,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),
-    # Never an ALLOW from a stale cache: the confirmation on the cache caught up to one consistent read.
+    # Never an ALLOW from a stale cache: the fresh reads, the Finalizer catch-up, and (below) the confirmation on
+    # the cache caught up to one consistent read.
+    Mutant("live-protected-allow-unconfirmed", "criticalsvc/live.py",
+           "        if decision.protected or decision.rule in (Rule.CRITERIA_MET, Rule.WARN_ONLY):\n",
+           "        if False:\n",
+           ("tests/test_live.py::test_a_stale_cache_allow_becomes_a_deny_after_confirmation",)),
+    Mutant("catchup-mirror-trusted", "criticalsvc/cache/catchup.py",
+           "    if compare_resource_versions(reached, target) >= 0:\n        return CaughtUp(",
+           "    if True:\n        return CaughtUp(", ("tests/test_catchup.py",)),
     Mutant("caughtup-no-probe", "criticalsvc/cache/current.py",
            "    if compare_resource_versions(start, target) >= 0:\n", "    if True:\n", (CAUGHT_UP,)),
     Mutant("caughtup-floor-not-waited-for", "criticalsvc/cache/current.py",
