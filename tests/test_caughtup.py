@@ -197,7 +197,8 @@ async def test_a_write_the_lagging_cache_missed_is_seen_without_a_list(kind: str
 
 async def test_a_cache_behind_only_by_version_is_confirmed_on_a_bookmark() -> None:
     """Writes to another type move the version on; the cache of the criterion's type has missed nothing: the
-    probe's bookmark proves it and the DELETE is allowed on the cache, without reading the type."""
+    probe's bookmark proves it and the DELETE is allowed on the cache. The type is read only with `?limit=1`,
+    which wakes kube-apiserver's watch cache of it (without it that cache sends no bookmark past its last event)."""
     with cluster_of(service("cleaner", FINALIZER_CRITERION)) as env:
         async with gate(env) as (_cache, reader, transport):
             await env.write(lambda: env.store.create({"apiVersion": "v1", "kind": "Secret",
@@ -206,7 +207,10 @@ async def test_a_cache_behind_only_by_version_is_confirmed_on_a_bookmark() -> No
             confirmation = await reader.decide(provider_delete())
             assert confirmation.decision.allowed, confirmation.decision.message
             assert confirmation.caught_up is not None and confirmation.caught_up.watches >= 1
-            assert [p for _at, p in reads_of(transport, "configmaps", since)] == []
+            woken = reads_of(transport, "configmaps", since)
+            assert woken == [(CONFIGMAPS_PATH, {"limit": "1"})], woken  # and before the probe opened
+            assert transport.calls.index(("get", CONFIGMAPS_PATH, {"limit": "1"}), since) < \
+                transport.calls.index(("stream", CONFIGMAPS_PATH, probes(transport, CONFIGMAPS_PATH, since)[0]), since)
 
 
 async def test_a_cache_already_past_the_version_needs_no_watch() -> None:
