@@ -91,6 +91,7 @@ import copy
 import hashlib
 import json
 import re
+import ssl
 import statistics
 import subprocess
 import sys
@@ -250,7 +251,11 @@ class Noop:
     def calls(self) -> int:
         import httpx
 
-        return int(httpx.get(f"{self.url}/calls", verify=str(self.ca_file), timeout=5).text)
+        return int(httpx.get(f"{self.url}/calls", verify=self.tls(), timeout=5).text)
+
+    def tls(self) -> ssl.SSLContext:
+        """A client context trusting the no-op's CA (httpx deprecates a CA file path as `verify`)."""
+        return ssl.create_default_context(cafile=str(self.ca_file))
 
 
 @contextlib.contextmanager

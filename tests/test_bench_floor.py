@@ -51,7 +51,7 @@ def test_the_noop_allows_or_with_deny_refuses_every_review(tmp_path: Path, deny:
 
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u-1"}}
     with noop_webhook(tmp_path / "noop", deny=deny) as noop:
-        answer = httpx.post(f"{noop.url}/validate", json=review, verify=str(noop.ca_file), timeout=5).json()
+        answer = httpx.post(f"{noop.url}/validate", json=review, verify=noop.tls(), timeout=5).json()
         assert noop.calls() == 1
     response = answer["response"]
     assert response["uid"] == "u-1" and response["allowed"] is not deny
