@@ -971,7 +971,8 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
         keep.mkdir(parents=True, exist_ok=True)
     noop_binary()  # built before the control plane starts, so a cold build does not count against it
     go_binary(CHURN_MODULE)
-    with tempfile.TemporaryDirectory(prefix="bench-realcluster-") as tmp, \
+    with (contextlib.nullcontext(str(keep)) if keep is not None
+          else tempfile.TemporaryDirectory(prefix="bench-realcluster-")) as tmp, \
             real_cluster(binaries, Path(tmp)) as cluster, noop_webhook(Path(tmp) / "noop") as noop, \
             noop_webhook(Path(tmp) / "noop-deny", deny=True) as denier:
         client = cluster.admin
@@ -1086,7 +1087,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-teardown", action="store_true", help="skip the reference story's teardown")
     parser.add_argument("--profile-cell", type=int, metavar="C",
                         help="record the gate with py-spy (--nonblocking) during the churn cell of C deleters")
-    parser.add_argument("--keep", type=Path, metavar="DIR", help="write the raw py-spy samples here")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="run in DIR and keep it: the control plane's and the gate's logs, the py-spy samples")
     parser.add_argument("--cells", default="protected,unprotected",
                         help="which cells, comma-separated: protected, unprotected, decisions (dry-run DELETEs "
                              "refused and allowed against the no-op refusing and allowing, at each --services) "
