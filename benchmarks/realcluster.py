@@ -2,7 +2,7 @@
 
     python -m benchmarks realcluster [--objects 96] [--rounds 4] [--concurrency 1,8,32]
                                      [--churn-rate 300] [--no-teardown] [--json]
-                                     [--cells protected,unprotected] [--services 10,1000]
+                                     [--cells protected,unprotected,decisions] [--services 10,1000]
                                      [--enforcing-creates 50] [--cluster-wide 3]
 
 Starts its own control plane (tests/realcluster: etcd, kube-apiserver, kube-controller-manager built
@@ -49,6 +49,15 @@ configuration `criticalsvc` routes CriticalServices and labelled objects, and th
    `criticalsvc-providers` and the time to create it all and see every CriticalService Enforcing; after the
    last, --enforcing-creates CREATEs timed one by one to Ready=Enforcing; then --cluster-wide selectors
    without a namespace, and what status (RoutedNarrowly) and criticalsvc_broad_routes say.
+1c. Decision cells (`--cells decisions`): with --services CriticalServices present (grown in turn, as in
+   1b), dry-run DELETEs (dryRun=All: nothing is deleted, nothing written) of two Deployments in `bench`: one
+   selected by `bench-guard`, whose criterion is met (the gate allows it after its confirmation), one
+   selected by `bench-hold`, whose criterion is not (ConfigMap bench/holder exists: refused from the caches).
+   --objects of each per round, sent by C clients; modes `gate`, `floor` (the no-op allowing) and
+   `floor-deny` (a second no-op started with -deny, answering 403) alternate per round in a rotating order,
+   so the allowed cell is gate against floor and the refused cell gate against floor-deny, measured in the
+   same run. Every answer's status is checked against the mode. Reported per cell: p50/p99 of each, gate/floor
+   ratios, gate minus floor at p50, and the machine's 1-minute load average over the cell (it is shared).
 2. Churn: `--churn-rate` writes per second (open loop; benchmarks/churn, a Go client with the admin's
    certificate, built like the no-op: a Python client reached only 50-75 a second here) of what a
    busy cluster makes the gate watch: ConfigMaps created, updated and deleted in a namespace that a CriticalService's
@@ -82,6 +91,7 @@ import copy
 import hashlib
 import json
 import re
+import ssl
 import statistics
 import subprocess
 import sys
@@ -113,6 +123,17 @@ BENCH_GUARD = {
              "criteria": [{"type": "SpecificResource", "specificResource": {
                  "resource": "configmaps", "namespace": BENCH_NAMESPACE, "name": "blocker"}}]},
 }
+# The decision cells' refused provider: selected by CriticalService BENCH_HOLD, whose criterion is unmet while
+# ConfigMap bench/holder exists (it is created with the cells and never deleted).
+HELD_LABELS = {"bench": "held"}
+BENCH_HOLD = {
+    "apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "bench-hold"},
+    "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": BENCH_NAMESPACE,
+                          "selector": {"matchLabels": HELD_LABELS}},
+             "criteria": [{"type": "SpecificResource", "specificResource": {
+                 "resource": "configmaps", "namespace": BENCH_NAMESPACE, "name": "holder"}}]},
+}
+DECISION_MODES = ("gate", "floor", "floor-deny")
 FREE_NAMESPACE = "free"  # no CriticalService mentions it
 UNPROTECTED_MODES = ("gate", "none", "none2")
 POPULATIONS = (10, 1000)
@@ -230,11 +251,15 @@ class Noop:
     def calls(self) -> int:
         import httpx
 
-        return int(httpx.get(f"{self.url}/calls", verify=str(self.ca_file), timeout=5).text)
+        return int(httpx.get(f"{self.url}/calls", verify=self.tls(), timeout=5).text)
+
+    def tls(self) -> ssl.SSLContext:
+        """A client context trusting the no-op's CA (httpx deprecates a CA file path as `verify`)."""
+        return ssl.create_default_context(cafile=str(self.ca_file))
 
 
 @contextlib.contextmanager
-def noop_webhook(directory: Path) -> Iterator[Noop]:
+def noop_webhook(directory: Path, *, deny: bool = False) -> Iterator[Noop]:
     from tests.realcluster.controlplane import Process, poll
     from tests.realcluster.gate import criticalsvc
 
@@ -244,7 +269,8 @@ def noop_webhook(directory: Path) -> Iterator[Noop]:
     criticalsvc("certs", "--out", str(certs), "--san", "127.0.0.1")
     port_file = directory / "ports.json"
     process = Process("noopwebhook", [str(binary), "-listen", "127.0.0.1:0", "-tls-cert", str(certs / "tls.crt"),
-                                      "-tls-key", str(certs / "tls.key"), "-port-file", str(port_file)],
+                                      "-tls-key", str(certs / "tls.key"), "-port-file", str(port_file),
+                                      *(["-deny"] if deny else [])],
                       directory / "noopwebhook.log")
     try:
         process.start()
@@ -324,9 +350,12 @@ class Modes:
     probe: str  # a Deployment the gate protects: refused only while the gate is called
     gates: list[Any] = attrs.field(factory=list)  # the replicas' processes, stopped outside `gate`
     current: str = "gate"
+    # `floor-deny`: copies pointed at the no-op started with -deny, the floor of a refusal (decision cells).
+    deny_bodies: list[dict[str, Any]] = attrs.field(factory=list)
+    deny_noop: Noop | None = None
 
     def _bodies(self, mode: str) -> list[dict[str, Any]]:
-        return self.gate_bodies if mode == "gate" else self.floor_bodies if mode == "floor" else []
+        return {"gate": self.gate_bodies, "floor": self.floor_bodies, "floor-deny": self.deny_bodies}.get(mode, [])
 
     def _probe(self) -> int:
         status: int = self.client.delete(self.probe, params={"dryRun": "All"}).status_code
@@ -359,11 +388,15 @@ class Modes:
 
         def acting() -> bool:
             before = self.noop.calls()
+            denier = self.deny_noop.calls() if self.deny_noop is not None else 0
             status = self._probe()
             noop_called = self.noop.calls() > before
+            denied = self.deny_noop is not None and self.deny_noop.calls() > denier
             if mode == "gate":
-                return status == 403 and not noop_called
-            return status == 200 and noop_called == (mode == "floor")
+                return status == 403 and not noop_called and not denied
+            if mode == "floor-deny":
+                return status == 403 and denied and not noop_called
+            return status == 200 and noop_called == (mode == "floor") and not denied
 
         wait_for(acting, timeout=60, what=f"the API server to call {mode!r} only", interval=0.05)
 
@@ -433,6 +466,17 @@ class Deleters:
         list(self.pool.map(create, names))
         with cpu if cpu is not None else contextlib.nullcontext():
             return list(self.pool.map(delete, names))
+
+    def dry_runs(self, paths: list[str]) -> list[tuple[str, float, int]]:
+        """DELETE each path with dryRun=All (nothing is deleted, so the same objects serve every round):
+        (path, seconds, HTTP status) each."""
+        def one(path: str) -> tuple[str, float, int]:
+            client = self._client()
+            started = time.perf_counter()
+            response = client.delete(path, params={"dryRun": "All"})
+            return path, time.perf_counter() - started, response.status_code
+
+        return list(self.pool.map(one, paths))
 
     def unprotected_round(self, count: int, tag: str, namespace: str,
                           around: Any = contextlib.nullcontext) -> tuple[list[float], list[float]]:
@@ -815,6 +859,68 @@ def measure_unprotected(cluster: Any, modes: Modes, *, services: int, concurrenc
     return cells
 
 
+def measure_decisions(cluster: Any, modes: Modes, *, services: int, concurrency: list[int], requests: int,
+                      rounds: int) -> list[dict[str, Any]]:
+    """With `services` CriticalServices present: dry-run DELETEs of a protected provider whose criteria are met
+    (allowed) and of one whose criterion is not (refused), `requests` of each per round and mode, sent by C
+    clients, in modes gate, floor (the no-op allowing) and floor-deny (the no-op refusing) alternated per round
+    in a rotating order. The allowed cell is gate against floor, the refused one gate against floor-deny."""
+    base = f"/apis/apps/v1/namespaces/{BENCH_NAMESPACE}/deployments"
+    allowed, refused = f"{base}/decisions-allowed", f"{base}/decisions-refused"
+    paths = [allowed, refused] * requests
+    expected = {"gate": {allowed: 200, refused: 403}, "floor": {allowed: 200, refused: 200},
+                "floor-deny": {allowed: 403, refused: 403}}
+    cells = []
+    for c in concurrency:
+        deleters = Deleters(cluster.kubeconfig, c)
+        samples: dict[str, dict[str, list[float]]] = {m: {allowed: [], refused: []} for m in DECISION_MODES}
+        load = []
+        try:
+            for r in range(rounds):
+                for mode in DECISION_MODES[r % 3:] + DECISION_MODES[:r % 3]:
+                    modes.set(mode)
+                    load.append(_load_average())
+                    for path, seconds, status in deleters.dry_runs(paths):
+                        assert status == expected[mode][path], f"{mode}: DELETE {path}: {status}"
+                        samples[mode][path].append(seconds)
+        finally:
+            deleters.close()
+        modes.set("gate")
+        gate_allowed, floor_allowed = _summary(samples["gate"][allowed]), _summary(samples["floor"][allowed])
+        gate_refused, floor_refused = _summary(samples["gate"][refused]), _summary(samples["floor-deny"][refused])
+        cell = {"services": services, "concurrency": c, "loadAverage1m": [min(load), max(load)],
+                "allowed": {"gate": gate_allowed, "floor": floor_allowed,
+                            "gateMinusFloorP50Ms": round(gate_allowed["p50Ms"] - floor_allowed["p50Ms"], 2),
+                            "gateFloorP50": _ratio(gate_allowed["p50Ms"], floor_allowed["p50Ms"]),
+                            "gateFloorP99": _ratio(gate_allowed["p99Ms"], floor_allowed["p99Ms"])},
+                "refused": {"gate": gate_refused, "floorDeny": floor_refused,
+                            "gateMinusFloorP50Ms": round(gate_refused["p50Ms"] - floor_refused["p50Ms"], 2),
+                            "gateFloorP50": _ratio(gate_refused["p50Ms"], floor_refused["p50Ms"]),
+                            "gateFloorP99": _ratio(gate_refused["p99Ms"], floor_refused["p99Ms"])}}
+        cells.append(cell)
+        print(_decision_row(cell), file=sys.stderr, flush=True)
+    return cells
+
+
+def _load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+DECISION_HEADER = ("| CriticalServices | deleters | load (1 min) | refused: gate p50/p99 ms | floor refusing | "
+                   "gate/floor p50, p99 | allowed: gate p50/p99 ms | floor allowing | gate-floor p50 ms "
+                   "| gate/floor p50, p99 |")
+
+
+def _decision_row(cell: dict[str, Any]) -> str:
+    a, f = cell["allowed"], cell["refused"]
+    low, high = cell["loadAverage1m"]
+    return (f"| {cell['services']} | {cell['concurrency']} | {low:g}-{high:g} "
+            f"| {f['gate']['p50Ms']}/{f['gate']['p99Ms']} | {f['floorDeny']['p50Ms']}/{f['floorDeny']['p99Ms']} "
+            f"| {f['gateFloorP50']}x, {f['gateFloorP99']}x "
+            f"| {a['gate']['p50Ms']}/{a['gate']['p99Ms']} | {a['floor']['p50Ms']}/{a['floor']['p99Ms']} "
+            f"| {a['gateMinusFloorP50Ms']} | {a['gateFloorP50']}x, {a['gateFloorP99']}x |")
+
+
 UNPROTECTED_HEADER = ("| CriticalServices | clients | DELETE gate p50/p99 ms | none | none2 | gate/none p50, p99 "
                       "| none2/none p50, p99 | UPDATE gate p50/p99 ms | none | none2 | gate/none p50, p99 "
                       "| none2/none p50, p99 | gate decisions during | apiserver CPU us/request gate, none, none2 |")
@@ -865,8 +971,10 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
         keep.mkdir(parents=True, exist_ok=True)
     noop_binary()  # built before the control plane starts, so a cold build does not count against it
     go_binary(CHURN_MODULE)
-    with tempfile.TemporaryDirectory(prefix="bench-realcluster-") as tmp, \
-            real_cluster(binaries, Path(tmp)) as cluster, noop_webhook(Path(tmp) / "noop") as noop:
+    with (contextlib.nullcontext(str(keep)) if keep is not None
+          else tempfile.TemporaryDirectory(prefix="bench-realcluster-")) as tmp, \
+            real_cluster(binaries, Path(tmp)) as cluster, noop_webhook(Path(tmp) / "noop") as noop, \
+            noop_webhook(Path(tmp) / "noop-deny", deny=True) as denier:
         client = cluster.admin
         # A protected provider to probe whether the API server calls the gate, and the measured namespace.
         probe_story = Story.make("probe")
@@ -878,7 +986,18 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
         assert cluster.kubectl("create", "namespace", FREE_NAMESPACE).returncode == 0
         for ns in population.namespaces(max(populations, default=0)):
             assert cluster.kubectl("create", "namespace", ns).returncode == 0
-        routingscale.populate(cluster, [BENCH_GUARD])  # Enforcing: criticalsvc-providers written and live
+        guards = [BENCH_GUARD]
+        if "decisions" in kinds:
+            guards.append(BENCH_HOLD)
+            holder = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "holder"}}
+            assert client.create(f"/api/v1/namespaces/{BENCH_NAMESPACE}/configmaps", holder).status_code == 201
+            for name, labels in (("decisions-allowed", PROTECTED_LABELS), ("decisions-refused", HELD_LABELS)):
+                created = client.create(f"/apis/apps/v1/namespaces/{BENCH_NAMESPACE}/deployments",
+                                        _deployment(name, labels=labels))
+                assert created.status_code == 201, created.text
+            wait_for(lambda: client.create("/apis/criticalsvc.io/v1alpha1/criticalservices", BENCH_HOLD).status_code
+                     == 201, timeout=60, what="the bench hold CriticalService to be created")
+        routingscale.populate(cluster, guards)  # Enforcing: criticalsvc-providers written and live
         saved = []
         for name in ("criticalsvc", "criticalsvc-providers"):
             stored_now = client.get(f"{WEBHOOKS}/{name}")
@@ -887,16 +1006,21 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
         gates = [r.process for r in cluster.gate.replicas]
         floor = [floor_configuration(saved[0], noop),
                  floor_configuration(saved[1], noop, name=f"{FLOOR_CONFIGURATION_NAME}-providers")]
-        modes = Modes(client, [stored_body(c) for c in saved], floor, noop, probe_story.deployment_path, gates)
+        modes = Modes(client, [stored_body(c) for c in saved], floor, noop, probe_story.deployment_path, gates,
+                      deny_bodies=[floor_configuration(saved[0], denier, name=f"{FLOOR_CONFIGURATION_NAME}-deny"),
+                                   floor_configuration(saved[1], denier,
+                                                       name=f"{FLOOR_CONFIGURATION_NAME}-deny-providers")],
+                      deny_noop=denier)
         cells: list[dict[str, Any]] = []
         if "protected" in kinds:
             print(TABLE_HEADER, file=sys.stderr, flush=True)
             cells = measure(cluster, modes, concurrency=concurrency, objects=objects, rounds=rounds,
                             churn_rate=churn_rate, profile_cell=profile_cell, directory=keep or Path(tmp))
         unprotected: list[dict[str, Any]] = []
+        decisions: list[dict[str, Any]] = []
         scale: dict[str, Any] = {}
-        if "unprotected" in kinds:
-            print(UNPROTECTED_HEADER, file=sys.stderr, flush=True)
+        if "unprotected" in kinds or "decisions" in kinds:
+            print(UNPROTECTED_HEADER if "unprotected" in kinds else DECISION_HEADER, file=sys.stderr, flush=True)
             have = 0
             for size in populations:
                 modes.set("gate")
@@ -907,10 +1031,16 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
                 assert stored is not None
                 modes.gate_bodies[1] = stored_body(stored)
                 modes.floor_bodies[1] = floor_configuration(stored, noop, name=f"{FLOOR_CONFIGURATION_NAME}-providers")
+                modes.deny_bodies[1] = floor_configuration(stored, denier,
+                                                           name=f"{FLOOR_CONFIGURATION_NAME}-deny-providers")
                 scale[str(size)] = {"populate": grown, "providersConfiguration": routingscale.live_size(cluster)}
                 print(f"{size} CriticalServices: {json.dumps(scale[str(size)])}", file=sys.stderr, flush=True)
-                unprotected += measure_unprotected(cluster, modes, services=size, concurrency=concurrency,
-                                                   objects=objects, rounds=rounds)
+                if "unprotected" in kinds:
+                    unprotected += measure_unprotected(cluster, modes, services=size, concurrency=concurrency,
+                                                       objects=objects, rounds=rounds)
+                if "decisions" in kinds:
+                    decisions += measure_decisions(cluster, modes, services=size, concurrency=concurrency,
+                                                   requests=objects, rounds=rounds)
             if populations and enforcing_creates:
                 extra = [population.critical_service(i) for i in range(have, have + enforcing_creates)]
                 scale["timeToEnforcing"] = {"present": have, **routingscale.time_to_enforcing(cluster, extra)}
@@ -924,7 +1054,7 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
         metrics = client.request("GET", "/metrics").text
         result: dict[str, Any] = {
             "kubernetes": binaries.kubernetes_version, "objectsPerRound": objects, "roundsPerMode": rounds,
-            "cells": cells, "unprotectedCells": unprotected, "routingScale": scale,
+            "cells": cells, "unprotectedCells": unprotected, "decisionCells": decisions, "routingScale": scale,
             "apiserverWebhookDuration": webhook_durations(
                 metrics, suffixes=("gate.criticalsvc.io", "floor.criticalsvc.io"))}
         if not teardown:
@@ -957,9 +1087,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-teardown", action="store_true", help="skip the reference story's teardown")
     parser.add_argument("--profile-cell", type=int, metavar="C",
                         help="record the gate with py-spy (--nonblocking) during the churn cell of C deleters")
-    parser.add_argument("--keep", type=Path, metavar="DIR", help="write the raw py-spy samples here")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="run in DIR and keep it: the control plane's and the gate's logs, the py-spy samples")
     parser.add_argument("--cells", default="protected,unprotected",
-                        help="which cells: protected, unprotected, or both comma-separated (default: %(default)s)")
+                        help="which cells, comma-separated: protected, unprotected, decisions (dry-run DELETEs "
+                             "refused and allowed against the no-op refusing and allowing, at each --services) "
+                             "(default: %(default)s)")
     parser.add_argument("--services", default=",".join(map(str, POPULATIONS)),
                         help="CriticalServices present in the unprotected cells, grown in turn (default: %(default)s)")
     parser.add_argument("--enforcing-creates", type=int, default=50,
@@ -995,6 +1128,10 @@ def main(argv: list[str]) -> int:
             print(UNPROTECTED_HEADER)
             for cell in result["unprotectedCells"]:
                 print(_unprotected_row(cell))
+        if result.get("decisionCells"):
+            print(DECISION_HEADER)
+            for cell in result["decisionCells"]:
+                print(_decision_row(cell))
     return 0
 
 

@@ -47,6 +47,7 @@ than a bare timeout, and 2 s still leaves the API server's own client time to re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any, Literal, Protocol
@@ -77,12 +78,14 @@ from .cache.transport import (
     TransportError,
     list_items,
 )
+from .caughtup import CaughtUpDecision, CaughtUpReader
 from .condition import Condition
 from .decision import Decision, Rule, decide, deny
 from .errors import InvalidInput, StateUnavailable
 from .labels import LabelSelector
 from .objects import KubeObject
 from .restmapper import ResourceType, RESTMapper
+from .state import ClusterState
 
 log = structlog.get_logger("criticalsvc.live")
 
@@ -250,6 +253,40 @@ class LiveState:
             and getattr(self.resource_type(cs.provider.group_resource), "namespaced", True))]
 
 
+class _Predicting(LiveState):
+    """A LiveState that answers each question from the cache and notes it as missing: one run of `decide` on it
+    lists the questions a run on fresh reads will most likely ask, so they can be read at once, in one round
+    trip, rather than one round after the other (the CriticalServices, then their criteria's objects)."""
+
+    def __init__(self, cache: ClusterState, *, mapper: RESTMapper | None) -> None:
+        super().__init__({}, mapper=mapper)
+        self.cache = cache
+
+    def _answer(self, q: Question, placeholder: Any) -> Any:
+        self.missing.add(q)
+        match q:
+            case ("services",):
+                return list(self.cache.critical_services())
+            case ("get", GroupResource() as gr, str(namespace), str(name), _):
+                return self.cache.get(ObjectRef(gr, namespace, name))
+            case ("list", GroupResource() as gr, namespace, _selector, _):
+                # Every object of the namespace: LiveState.select filters by the selector itself.
+                return list(self.cache.select(gr, namespace=namespace if isinstance(namespace, str) else None,
+                                              selector=None))
+            case ("carriers", GroupResource() as gr, str(finalizer), _):
+                return list(self.cache.with_finalizer(gr, finalizer))
+        return placeholder
+
+
+def predict_questions(request: AdmissionRequest, cache: ClusterState, *, mapper: RESTMapper | None) -> set[Question]:
+    """The questions `decide(request, <fresh reads>)` will ask if the cluster is as the cache says (only a guess:
+    the rounds that follow ask whatever was not foreseen, and the decision is made on fresh reads alone)."""
+    predicting = _Predicting(cache, mapper=mapper)
+    with contextlib.suppress(StateUnavailable):  # a cache that cannot answer foresees less, nothing else
+        decide(request, predicting)
+    return predicting.missing
+
+
 def _retrieve(task: asyncio.Task[Any]) -> None:
     """A shared read whose every waiter gave up keeps its outcome to itself (no "never retrieved" warning)."""
     if not task.cancelled():
@@ -297,6 +334,8 @@ class Confirmation:
     rounds: int = 0
     # The read that made `decision` a "could not verify" denial, if one did.
     error: LiveReadFailed | None = None
+    # Set when the decision was made on the cache caught up to one consistent read (criticalsvc/caughtup.py).
+    caught_up: CaughtUpDecision | None = None
 
     @property
     def failure(self) -> FailureReason | None:
@@ -310,8 +349,17 @@ class LiveReader:
                  max_rounds: int = MAX_ROUNDS, confirm_unprotected: bool = False,
                  on_failure: Callable[[FailureReason], None] | None = None, mirror: Mirror | None = None,
                  catch_up_above: int = CATCH_UP_ABOVE, catch_up_timeout: float = CATCH_UP_TIMEOUT,
-                 on_finalizer_read: Callable[[ReadMethod, float], None] | None = None) -> None:
+                 on_finalizer_read: Callable[[ReadMethod, float], None] | None = None,
+                 caught_up: CaughtUpReader | None = None,
+                 on_caught_up: Callable[[CaughtUpDecision, float], None] | None = None,
+                 predict_from: ClusterState | None = None) -> None:
         self.transport = transport
+        # With it, a confirmation whose decision reads a type of catch_up_above objects or more is made on the
+        # cache caught up to one consistent read (criticalsvc/caughtup.py); the fresh reads below if that fails.
+        self.caught_up = caught_up
+        self.on_caught_up = on_caught_up  # (what it took, seconds) after each decision on the caught-up cache
+        # With it, the questions the cache foresees are read in the first round, together (predict_questions).
+        self.predict_from = predict_from
         self.mapper = mapper
         self.timeout = timeout
         # Without a mirror every Finalizer criterion is read by LIST.
@@ -380,10 +428,52 @@ class LiveReader:
             return Confirmation(decision, confirmed=False)
         return await self.decide(request)
 
+    def _on_caught_up_cache(self, request: AdmissionRequest) -> bool:
+        """Whether to confirm on the caught-up cache: some fresh read the decision needs would bring catch_up_above
+        objects or more (as the cache counts them). Below that the fresh reads are quicker: a type nobody changed
+        lags the caught-up cache's version at almost every request and costs a bookmark, 1-2.25 s
+        (design/kubernetes-semantics.md §13.1), where a GET of one object, a LIST of a namespace or a selector
+        costs milliseconds at any size of the type."""
+        if self.caught_up is None:
+            return False
+        cache = self.caught_up.cache
+        if self.catch_up_above == 0:
+            return True
+        for q in predict_questions(request, cache.state, mapper=self.mapper):
+            match q:
+                case ("services",):
+                    size = cache.count(CRITICAL_SERVICES)
+                case ("carriers", GroupResource() as gr, *_):
+                    size = cache.count(gr)  # no selector exists for finalizers: the LIST is of the whole type
+                case ("list", GroupResource() as gr, namespace, *_):
+                    size = 1
+                    with contextlib.suppress(StateUnavailable):
+                        size = len(cache.state.select(gr, namespace=namespace if isinstance(namespace, str) else None,
+                                                      selector=None))
+                case _:
+                    size = 1
+            if size >= self.catch_up_above:
+                return True
+        return False
+
     async def decide(self, request: AdmissionRequest) -> Confirmation:
         """`decide(request, <fresh reads>)`; a read that fails or times out makes it a denial."""
         began = time.monotonic()
+        if self.caught_up is not None and self._on_caught_up_cache(request):
+            try:
+                caught = await self.caught_up.decide(request, deadline=began + self.catch_up_timeout)
+            except (CatchUpFailed, TimeoutError, APIError) as exc:
+                # Never an ALLOW: the fresh reads decide instead, within what is left of the budget.
+                log.info("the caught-up cache could not decide; reading fresh", error=str(exc) or type(exc).__name__)
+            else:
+                if self.on_caught_up is not None:
+                    self.on_caught_up(caught, time.monotonic() - began)
+                return Confirmation(caught.decision, confirmed=True, rounds=caught.rounds, caught_up=caught)
         memo: dict[Question, Any] = {}
+        if self.predict_from is not None:
+            foreseen = predict_questions(request, self.predict_from, mapper=self.mapper)
+            if foreseen:
+                await self._fetch(foreseen, memo, began)
         for round_ in range(1, self.max_rounds + 1):
             live = LiveState(memo, mapper=self.mapper)
             decision = decide(request, live)

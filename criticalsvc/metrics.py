@@ -22,6 +22,8 @@ restarts by incrementing `watch_restarts` (e.g. CacheState's `on_watch_restart` 
     criticalsvc_protection_labels_total{outcome}                  the leader's label writes: added | removed | gone |
                                                                   failed (criticalsvc/labeller.py)
     criticalsvc_unlabelled_protected_objects                      protected objects not carrying their labels yet
+    criticalsvc_caught_up_confirmation_seconds{caught_up}         each confirmation decided on the cache caught up to
+                                                                  one consistent read: already (no watch) | watch
     criticalsvc_break_glass_total{resource}                       deletions and updates let through by break-glass
     criticalsvc_requests_rejected_total{reason}                   malformed | too-large (body or head) | not-ready
     criticalsvc_decision_errors_total                             unexpected exceptions (answered DENY)
@@ -122,6 +124,11 @@ class Metrics:
             "criticalsvc_finalizer_read_seconds", "Fresh reads of the objects carrying a Finalizer criterion's "
             "finalizer, by method: list (a LIST of the whole type), mirror (the cache was already past a consistent "
             "read's version), watch (the cache caught up to it by a watch and its bookmark).", ["method"],
+            buckets=DURATION_BUCKETS, registry=r)
+        self.caught_up_confirmations = Histogram(
+            "criticalsvc_caught_up_confirmation_seconds", "Confirmations decided on the cache caught up to one "
+            "consistent read (criticalsvc/caughtup.py), by how: already (every type read was past the read's "
+            "version: the read alone), watch (a type lagged and a watch proved it current).", ["caught_up"],
             buckets=DURATION_BUCKETS, registry=r)
         self.break_glass = Counter(
             "criticalsvc_break_glass_total", "Deletions and updates allowed by the break-glass annotation "

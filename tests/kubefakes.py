@@ -124,18 +124,21 @@ class HoldingTransport:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.calls: list[tuple[str, str, dict[str, str]]] = []
-        self._open: set[int] = set()
+        self._open: dict[int, str] = {}  # open streams and their paths
         self._held: set[int] = set()
         self._released = asyncio.Event()
         self._ids = iter(range(1, 1 << 62))
 
-    def hold(self) -> None:
-        self._held = set(self._open)
-        self._released.clear()
+    def hold(self, path: str | None = None) -> None:
+        """Hold the streams open now (only those of `path`, when given), besides those held already."""
+        self._held |= {me for me, at in self._open.items() if path is None or at == path}
 
-    def release(self) -> None:
-        self._held = set()
-        self._released.set()
+    def release(self, path: str | None = None) -> None:
+        """Let the held streams go on (only those of `path`, when given)."""
+        self._held = {me for me in self._held if path is not None and self._open.get(me) != path}
+        # Wake every held stream; those still held wait again, on a new event.
+        released, self._released = self._released, asyncio.Event()
+        released.set()
 
     async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = "application/json") -> Any:
         self.calls.append(("get", path, dict(params)))
@@ -146,7 +149,7 @@ class HoldingTransport:
                      accept: str = "application/json") -> AsyncIterator[AsyncIterator[Any]]:
         self.calls.append(("stream", path, dict(params)))
         me = next(self._ids)
-        self._open.add(me)
+        self._open[me] = path
         try:
             async with self.inner.stream(path, params, timeout=timeout, accept=accept) as events:
                 async def held() -> AsyncIterator[Any]:
@@ -157,7 +160,7 @@ class HoldingTransport:
 
                 yield held()
         finally:
-            self._open.discard(me)
+            self._open.pop(me, None)
 
 
 # --- faults in front of the stand-in ------------------------------------------------------------------

@@ -42,6 +42,7 @@ REPLAY_TESTS = ("tests/test_replay_safety.py",)
 REPLAYER_TESTS = ("tests/test_replayer.py",)
 ROUTER_TESTS = ("tests/test_webhookrouter.py",)
 VERIFY = "tests/test_verify.py"
+CAUGHT_UP = "tests/test_caughtup.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("replay-settled-uid", "criticalsvc/replay.py",
@@ -108,6 +109,45 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("route-dropped-for-unlabelled", "criticalsvc/protectionlabels.py",
            "    return obj is not None and all(obj.labels.get(key) == LABEL_VALUE for key in labels)\n",
            "    return obj is not None\n", ("tests/test_protection_labels.py",)),
+    # Never an ALLOW from a stale cache: the fresh reads, the Finalizer catch-up, and (below) the confirmation on
+    # the cache caught up to one consistent read.
+    Mutant("live-protected-allow-unconfirmed", "criticalsvc/live.py",
+           "        if decision.protected or decision.rule in (Rule.CRITERIA_MET, Rule.WARN_ONLY):\n",
+           "        if False:\n",
+           ("tests/test_live.py::test_a_stale_cache_allow_becomes_a_deny_after_confirmation",)),
+    Mutant("catchup-mirror-trusted", "criticalsvc/cache/catchup.py",
+           "    if compare_resource_versions(reached, target) >= 0:\n        return CaughtUp(",
+           "    if True:\n        return CaughtUp(", ("tests/test_catchup.py",)),
+    Mutant("caughtup-no-probe", "criticalsvc/cache/current.py",
+           "    if compare_resource_versions(start, target) >= 0:\n", "    if True:\n", (CAUGHT_UP,)),
+    Mutant("caughtup-floor-not-waited-for", "criticalsvc/cache/current.py",
+           "        if proof.holds(now):\n", "        if True:\n", (CAUGHT_UP,)),
+    Mutant("caughtup-floor-forgotten", "criticalsvc/cache/current.py",
+           "    proof = Current(gr, target, floor, watches)\n", "    proof = Current(gr, target, start, watches)\n",
+           (f"{CAUGHT_UP}::test_a_cache_relisted_below_what_the_probe_saw_is_waited_for",)),
+    Mutant("caughtup-410-as-current", "criticalsvc/cache/current.py",
+           "            if exc.gone:\n                raise expired from exc\n",
+           "            if exc.gone:\n                return Current(gr, target, floor, watches)\n",
+           (f"{CAUGHT_UP}::test_an_expired_version_falls_back_to_the_fresh_reads",)),
+    Mutant("caughtup-one-round", "criticalsvc/caughtup.py",
+           "            if not stale:  # checked", "            if not stale or round_ > 1:  # checked",
+           (f"{CAUGHT_UP}::test_a_service_written_after_the_consistent_read_gets_its_types_proven",)),
+    Mutant("caughtup-version-reused", "criticalsvc/caughtup.py",
+           "        target = await fresh_version(self.transport, services, deadline)\n",
+           "        self.target = target = getattr(self, 'target', None) or await fresh_version(self.transport, "
+           "services, deadline)\n",
+           (f"{CAUGHT_UP}::test_each_confirmation_reads_its_own_version",)),
+    Mutant("caughtup-one-etcd-assumed", "criticalsvc/caughtup.py",
+           "        if self.shares_target(gr) and compare_resource_versions(exact, target) >= 0:\n",
+           "        if compare_resource_versions(exact, target) >= 0:\n",
+           (f"{CAUGHT_UP}::test_a_type_in_another_etcd_is_caught_up_to_a_version_of_its_own",)),
+    Mutant("caughtup-lagging-type-not-woken", "criticalsvc/caughtup.py",
+           "        own = await fresh_version(self.transport, resource, deadline)\n", "        own = target\n",
+           (f"{CAUGHT_UP}::test_a_cache_behind_only_by_version_is_confirmed_on_a_bookmark",)),
+    Mutant("caughtup-successor-read", "criticalsvc/cache/watchset.py",
+           "        if reflector is None or gr in self.successors or not reflector.watching:\n",
+           "        if reflector is None or not reflector.watching:\n",
+           (f"{CAUGHT_UP}::test_a_cache_listing_beside_its_watch_falls_back_to_the_fresh_reads",)),
 )
 
 

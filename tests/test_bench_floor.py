@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from benchmarks.realcluster import Noop, floor_configuration
@@ -37,3 +38,21 @@ def test_the_floor_has_the_gates_webhooks_pointed_at_the_noop(tmp_path: Path) ->
         same = {k: v for k, v in g.items() if k not in ("name", "clientConfig")}
         assert {k: v for k, v in f.items() if k not in ("name", "clientConfig")} == same
     assert gate["webhooks"][0]["clientConfig"]["url"] == "https://127.0.0.1:8443/validate"  # type: ignore[index]
+
+
+@pytest.mark.realcluster  # builds benchmarks/noopwebhook with the Go toolchain the control plane is built with
+@pytest.mark.parametrize("deny", [False, True])
+def test_the_noop_allows_or_with_deny_refuses_every_review(tmp_path: Path, deny: bool) -> None:
+    """The floor of an ALLOW and of a refusal: the no-op answers each review with its uid, allowed or (-deny) not,
+    with a 403 status and a message, as a refusing webhook must for the API server to show it."""
+    import httpx
+
+    from benchmarks.realcluster import noop_webhook
+
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u-1"}}
+    with noop_webhook(tmp_path / "noop", deny=deny) as noop:
+        answer = httpx.post(f"{noop.url}/validate", json=review, verify=noop.tls(), timeout=5).json()
+        assert noop.calls() == 1
+    response = answer["response"]
+    assert response["uid"] == "u-1" and response["allowed"] is not deny
+    assert response.get("status") == ({"code": 403, "message": "denied by the no-op webhook"} if deny else None)

@@ -1,4 +1,4 @@
-"""The cache-backed and the live-read state decide alike (issue 14).
+"""The cache-backed and the live-read state decide alike (issue 14), and so does the caught-up cache (issue 37).
 
 The webhook decides a DELETE with `decide(request, cache.state)` on its watch caches and confirms a
 protected ALLOW with `LiveReader.decide(request)`, the same `decide` on a LiveState filled by fresh
@@ -49,6 +49,7 @@ from criticalsvc.admission import AdmissionRequest, parse_review
 from criticalsvc.api import CRD_NAME as CRITICAL_SERVICES_CRD
 from criticalsvc.api import GroupResource, ObjectRef
 from criticalsvc.cache import Backoff, CacheState
+from criticalsvc.caughtup import CaughtUpReader
 from criticalsvc.decision import Decision, decide
 from criticalsvc.live import LiveReader
 from criticalsvc.sim.store import StatusError, Store
@@ -161,18 +162,27 @@ Stale = Callable[[RunningStandIn, CacheState], Awaitable[None]]
 
 
 async def decide_both(env: RunningStandIn, requests: list[AdmissionRequest], *,
-                      stale: Stale | None = None) -> list[tuple[Decision, Decision]]:
-    """(cache decision, live decision) per request; `stale` runs once the cache is ready, before deciding."""
+                      stale: Stale | None = None) -> list[tuple[Decision, Decision, Decision, Decision]]:
+    """(cache decision, live decision, caught-up decision, live decision with the questions foreseen by the cache)
+    per request; `stale` runs once the cache is ready,
+    before deciding. The third is the confirmation on the cache caught up to one consistent read
+    (criticalsvc/caughtup.py), falling back to the fresh reads (their questions foreseen by the cache) where it
+    cannot answer, as `serve` runs it."""
     async with started_cache(env) as (cache, transport):
         assert await cache.wait_ready(READY_TIMEOUT), f"the cache did not sync: {cache.unsynced()}"
         if stale is not None:
             await stale(env, cache)
         reader = LiveReader(transport, mapper=cache.mapper, timeout=LIVE_TIMEOUT)
+        caught_up = LiveReader(transport, mapper=cache.mapper, timeout=LIVE_TIMEOUT, mirror=cache, catch_up_above=0,
+                               catch_up_timeout=LIVE_TIMEOUT, caught_up=CaughtUpReader(transport, cache),
+                               predict_from=cache)
+        foreseeing = LiveReader(transport, mapper=cache.mapper, timeout=LIVE_TIMEOUT, predict_from=cache)
         out = []
         for request in requests:
             cached = decide(request, cache.state)
             live = await reader.decide(request)
-            out.append((cached, live.decision))
+            out.append((cached, live.decision, (await caught_up.decide(request)).decision,
+                        (await foreseeing.decide(request)).decision))
         return out
 
 
@@ -183,10 +193,14 @@ def disagreements(world: World, targets: list[Target], *, stale: Stale | None = 
     with running_standin(store) as env:
         pairs = asyncio.run(decide_both(env, requests, stale=stale))
     found = []
-    for target, request, (cached, live) in zip(targets, requests, pairs, strict=True):
+    for target, request, (cached, live, caught, foreseen) in zip(targets, requests, pairs, strict=True):
         if verdict(cached) != verdict(live):
             found.append(f"world: {world}\nrefused by the store: {refused}\ntarget: {target}\nrequest: {request}\n"
                          f"cache decision: {verdict(cached)}\nlive decision:  {verdict(live)}")
+        for name, other in (("caught-up", caught), ("foreseen", foreseen)):
+            if verdict(other) != verdict(live):
+                found.append(f"world: {world}\nrefused by the store: {refused}\ntarget: {target}\n"
+                             f"request: {request}\n{name} decision: {verdict(other)}\nlive decision:  {verdict(live)}")
     return found
 
 

@@ -150,6 +150,40 @@ async def test_a_stale_cache_allow_becomes_a_deny_after_confirmation(met: Runnin
     assert met.faults.seen(r"^/apis/my\.crd\.group/v1$", watch=False) >= 1  # learned by fresh discovery
 
 
+async def test_the_questions_the_cache_foresees_are_read_in_one_round(met: RunningStandIn) -> None:
+    """With the cache to foresee them, the CriticalServices and their criteria's objects are read at once: one
+    round of reads, where without it the criteria wait for the CriticalServices; the same decision."""
+    async with cache_and_reader(met) as (cache, plain):
+        assert await cache.wait_ready(5)
+        foreseeing = LiveReader(plain.transport, mapper=cache.mapper, predict_from=cache)
+        first = await plain.decide(provider_delete())
+        reads = plain.reads
+        foreseen = await foreseeing.decide(provider_delete())
+    assert foreseen.decision == first.decision and foreseen.decision.allowed
+    assert first.rounds >= 3 and foreseen.rounds == 1  # every question answered before the first run of decide
+    assert foreseeing.reads == reads  # the same reads, sent together
+
+
+async def test_a_stale_cache_foresees_too_little_and_the_rounds_ask_the_rest(met: RunningStandIn) -> None:
+    """The cache missed a CRD and its finalized CRs: what it foresees is read first, the rounds read what it did
+    not (the new type's discovery and objects), and the decision is the fresh one, a denial."""
+    async with cache_and_reader(met) as (cache, _plain):
+        assert await cache.wait_ready(5)
+        reader = LiveReader(_plain.transport, mapper=cache.mapper, predict_from=cache)
+        await eventually(lambda: all(r.watching for r in map(cache.reflector, cache.watched()) if r is not None))
+        met.faults.add(r".*", watch=True, status=500)
+        met.drop_watches()
+        await eventually(lambda: not any(r.watching for r in map(cache.reflector, cache.watched()) if r is not None))
+        (crd,) = story_objects("CustomResourceDefinition")
+        await met.write(lambda: met.store.create(crd))
+        for cr in story_objects("CoolResource"):
+            await met.write(lambda cr=cr: met.store.create(cr))
+        assert decide(provider_delete(), cache).allowed
+        confirmation = await reader.decide(provider_delete())
+    assert not confirmation.decision.allowed and confirmation.decision.rule == Rule.BLOCKED
+    assert confirmation.rounds >= 2
+
+
 async def test_confirmation_fails_closed_when_the_api_server_errors(met: RunningStandIn) -> None:
     """A 500 on a confirmation read raises StateUnavailable; decided live, it is the 'could not verify' denial."""
     failures: list[str] = []

@@ -186,6 +186,92 @@ def test_the_gate_confirms_a_finalizer_criterion_by_catching_up(realcluster: Rea
         _release(realcluster, namespace)
         wait_for(lambda: _dry_run_delete(realcluster, namespace).returncode == 0, timeout=30,
                  what="the provider's DELETE allowed once no ConfigMap carries the finalizer")
-        caught = sum(gate.metric("criticalsvc_finalizer_read_seconds_count", method=m) for m in ("watch", "mirror"))
+        # Decided on the cache caught up to one consistent read (criticalsvc/caughtup.py), or by the Finalizer
+        # catch-up where that could not answer: never by a LIST of every ConfigMap.
+        caught = sum(gate.metric("criticalsvc_caught_up_confirmation_seconds_count", caught_up=m)
+                     for m in ("watch", "already"))
+        caught += sum(gate.metric("criticalsvc_finalizer_read_seconds_count", method=m) for m in ("watch", "mirror"))
         assert caught >= 1
         assert gate.metric("criticalsvc_finalizer_read_seconds_count", method="list") == 0
+
+
+# --- every criterion kind, on the cache caught up to one consistent read (issue 37) -----------------------------
+def test_the_caught_up_cache_confirms_every_kind_on_kube_apiserver(realcluster: RealCluster) -> None:
+    """A CriticalService with a Finalizer, a SpecificResource, a Resources with a selector and one with a condition,
+    all met: the provider's DELETE is confirmed on the cache caught up to one `?limit=1` read, ten times, ConfigMaps
+    read only by `?limit=1` (waking a lagging cache) and the probes' watches; then a carrier the cache has not heard
+    of is refused. Each
+    confirmation's time and whether a type lagged are printed (`pytest -s`): what a lagging cache costs here."""
+    with _setup(realcluster) as (namespace, finalizer, name):
+        criteria = [
+            {"type": "Finalizer", "finalizer": {"group": "", "resource": "configmaps", "finalizerName": finalizer}},
+            {"type": "SpecificResource", "specificResource": {"group": "", "resource": "configmaps",
+                                                              "namespace": namespace, "name": "lock"}},
+            {"type": "Resources", "resources": {"group": "", "resource": "configmaps", "namespace": namespace,
+                                                "selector": {"matchLabels": {"app": "web"}}}},
+            {"type": "Resources", "condition": "has(object.data.busy)",
+             "resources": {"group": "", "resource": "configmaps", "namespace": namespace}},
+        ]
+        answer = realcluster.admin.merge_patch(f"{CRITICAL_SERVICES}/{name}", {"spec": {"criteria": criteria}})
+        assert answer.status_code == 200, answer.text
+        asyncio.run(_every_kind(realcluster, namespace, finalizer))
+
+
+async def _every_kind(cluster: RealCluster, namespace: str, finalizer: str) -> None:
+    from criticalsvc.caughtup import CaughtUpReader
+
+    api = await connect(kubeconfig=str(cluster.kubeconfig))
+    transport = HoldingTransport(KubeTransport(api))
+    cache = CacheState(transport, backoff=Backoff(initial=0.05, maximum=0.5))
+    reader = LiveReader(transport, mapper=cache.mapper, mirror=cache, catch_up_above=0,
+                        caught_up=CaughtUpReader(transport, cache))
+    request = _provider_delete(namespace)
+    configmaps = "/api/v1/configmaps"
+    try:
+        await cache.start()
+        assert await cache.wait_ready(60)
+        await eventually(lambda: cache.exact_version(CONFIGMAPS) is not None and
+                         decide(request, cache).rule == Rule.CRITERIA_MET and
+                         len(next(iter(cache.protecting(request.ref, {}))).criteria) == 4, timeout=30,
+                         what="the cache watches ConfigMaps and holds the four criteria")
+        since = len(transport.calls)
+        timings: list[tuple[float, int]] = []
+        for _ in range(10):
+            started = time.monotonic()
+            confirmation = await reader.decide(request)
+            assert confirmation.decision.allowed, confirmation.decision.message
+            assert confirmation.caught_up is not None  # decided on the caught-up cache, not by fresh reads
+            timings.append((time.monotonic() - started, confirmation.caught_up.watches))
+        print("\ncaught-up confirmations on the real API server (s, probe watches): "
+              + ", ".join(f"{t:.3f}/{w}" for t, w in timings))
+        assert all(t < CATCH_UP_TIMEOUT for t, _w in timings)
+        reads = [(path, params) for kind, path, params in transport.calls[since:]
+                 if kind == "get" and "configmaps" in path]
+        # ConfigMaps are read only with ?limit=1, which wakes kube-apiserver's cache of them when it lags
+        # (criticalsvc/caughtup.py): never a GET or a LIST of their objects.
+        assert all(params == {"limit": "1"} for _path, params in reads), reads
+        # The window: a carrier the cache has not heard of is refused once the probe has seen it.
+        transport.hold(configmaps)
+        await asyncio.to_thread(_carrier, cluster, namespace, finalizer)
+        assert decide(request, cache).allowed
+        probes_before = len(transport.calls)
+
+        async def release_at_probe() -> None:
+            await eventually(lambda: any(kind == "stream" and path == configmaps and params.get("timeoutSeconds") == "3"
+                                         for kind, path, params in transport.calls[probes_before:]), timeout=10,
+                             what="a probe of ConfigMaps")
+            transport.release()
+
+        release = asyncio.create_task(release_at_probe())
+        started = time.monotonic()
+        refused = await reader.decide(request)
+        window = time.monotonic() - started
+        release.cancel()
+        assert not refused.decision.allowed and f"{namespace}/carrier" in refused.decision.message, \
+            refused.decision.message
+        assert refused.caught_up is not None
+        print(f"the window refused in {window:.3f} s")
+    finally:
+        transport.release()
+        await cache.stop()
+        await api.close()

@@ -4,9 +4,10 @@
 // gate / floor is what the gate costs beyond the cost of being a webhook at all (the API server's
 // call, TLS, JSON, the loopback round trip).
 //
-//	noopwebhook -listen 127.0.0.1:0 -tls-cert tls.crt -tls-key tls.key -port-file ports.json
+//	noopwebhook -listen 127.0.0.1:0 -tls-cert tls.crt -tls-key tls.key -port-file ports.json [-deny]
 //
 //	POST /validate  AdmissionReview v1 in, {"response": {"uid": ..., "allowed": true}} out
+//	                (with -deny: "allowed": false and a 403 status with a message, the floor of a refusal)
 //	GET  /calls     how many reviews it has answered (the benchmark waits on it to know that
 //	                the API server calls, or stopped calling, this webhook)
 //	GET  /healthz   200
@@ -44,12 +45,18 @@ type review struct {
 	} `json:"request"`
 }
 
+type status struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
 type response struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Response   struct {
-		UID     string `json:"uid"`
-		Allowed bool   `json:"allowed"`
+		UID     string  `json:"uid"`
+		Allowed bool    `json:"allowed"`
+		Status  *status `json:"status,omitempty"`
 	} `json:"response"`
 }
 
@@ -58,6 +65,7 @@ func main() {
 	cert := flag.String("tls-cert", "", "serving certificate (PEM)")
 	key := flag.String("tls-key", "", "serving key (PEM)")
 	portFile := flag.String("port-file", "", "write {\"listen\": PORT} here once listening")
+	deny := flag.Bool("deny", false, "answer every review allowed: false (403) instead of allowed")
 	flag.Parse()
 	if *cert == "" || *key == "" {
 		log.Fatal("noopwebhook: -tls-cert and -tls-key are required")
@@ -73,7 +81,10 @@ func main() {
 		}
 		var out response
 		out.APIVersion, out.Kind = "admission.k8s.io/v1", "AdmissionReview"
-		out.Response.UID, out.Response.Allowed = in.Request.UID, true
+		out.Response.UID, out.Response.Allowed = in.Request.UID, !*deny
+		if *deny {
+			out.Response.Status = &status{Code: 403, Message: "denied by the no-op webhook"}
+		}
 		calls.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(&out)

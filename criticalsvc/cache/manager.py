@@ -30,12 +30,12 @@ import random
 import time
 from collections.abc import Callable, Collection, Mapping
 
-from ..api import CriticalService, GroupResource, ObjectRef
+from ..api import CRDS, CriticalService, GroupResource, ObjectRef
 from ..backoff import Backoff
 from ..condition import Condition
 from ..labels import LabelSelector
 from ..objects import KubeObject
-from ..restmapper import RESTMapper
+from ..restmapper import ResourceType, RESTMapper
 from ..state import ClusterState, MemoryState
 from .catchup import MirrorView
 from .discovery import TIMEOUT as DISCOVERY_TIMEOUT
@@ -223,6 +223,23 @@ class CacheState:
 
     def reflector(self, gr: GroupResource) -> Reflector | None:
         return self.watches.reflector(gr)
+
+    def exact_version(self, gr: GroupResource) -> str | None:
+        """The resourceVersion whose state the cache holds of gr, exactly (WatchSet.exact_version)."""
+        return self.watches.exact_version(gr)
+
+    def watched_type(self, gr: GroupResource) -> ResourceType | None:
+        """The served type the cache watches gr as, if it does."""
+        reflector = self.watches.reflector(gr)
+        return reflector.resource if reflector is not None else None
+
+    def count(self, gr: GroupResource) -> int:
+        """Objects of gr the cache holds."""
+        return self.memory.count(gr)
+
+    def defined_by_crd(self, gr: GroupResource) -> bool:
+        """Whether the cache holds a CustomResourceDefinition of gr (so kube-apiserver serves and stores it)."""
+        return self.memory.get(ObjectRef(CRDS, "", f"{gr.resource}.{gr.group}")) is not None
 
     def carriers(self, gr: GroupResource, finalizer: str) -> MirrorView | None:
         """The objects of gr carrying `finalizer` and the version they are the state at, taken in one step

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..api import GroupResource
 from ..atomicfile import write_atomically
 from ..errors import InvalidInput
 from ..replay import ARM_WINDOW, TIME_TO_LIVE
@@ -104,9 +105,15 @@ def register(sub: Any) -> None:
                         "gate the DELETEs (and held UPDATEs) of every CriticalService's provider type the shipped "
                         "configuration does not route (default: on; off also with --no-status)")
     p.add_argument("--catch-up-above", type=_non_negative_int, default=CATCH_UP_ABOVE, metavar="OBJECTS",
-                   help="a Finalizer criterion over a type the cache holds this many objects of is confirmed from the "
-                        "cache, caught up to a consistent read's version by a watch, instead of by a LIST of the whole "
-                        "type (0: always; default %(default)d)")
+                   help="a protected ALLOW whose fresh reads would bring this many objects (the cache's count: a "
+                        "Finalizer criterion's type, a namespace, a selector, the CriticalServices) is confirmed on "
+                        "the cache, caught up to one consistent read's version (by a watch when it lags), instead of "
+                        "by fresh reads of every question (0: always; default %(default)d)")
+    p.add_argument("--separate-storage", type=_group_resource, action="append", default=[],
+                   metavar="GROUP/RESOURCE",
+                   help="a type kube-apiserver stores in another etcd (its --etcd-servers-overrides, same format: "
+                        "/pods, apps/deployments): the confirmation on the caught-up cache reads its own fresh version "
+                        "(repeatable; see design/kubernetes-semantics.md §13)")
     p.add_argument("--webhook-configuration", default="criticalsvc", metavar="NAME",
                    help="the shipped ValidatingWebhookConfiguration: only read, to copy its clientConfig into and "
                         "own criticalsvc-providers (default: %(default)s)")
@@ -126,6 +133,13 @@ def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of bytes, got {text!r}")
     return int(text)
+
+
+def _group_resource(text: str) -> GroupResource:
+    group, slash, resource = text.rpartition("/")
+    if (slash and not resource) or "/" in group or not resource.replace("-", "").replace(".", "").isalnum():
+        raise argparse.ArgumentTypeError(f"expected GROUP/RESOURCE (as /pods or apps/deployments), got {text!r}")
+    return GroupResource(group, resource)
 
 
 def _non_negative_int(text: str) -> int:
@@ -261,6 +275,7 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             confirm, needs_confirmation = None, allowed_and_protected
         else:
             from ..cache import CacheState, KubeTransport, connect
+            from ..caughtup import CaughtUpReader
             from ..live import LiveReader
             from ..statuswriter import StatusWriter
 
@@ -269,7 +284,12 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             transport = KubeTransport(api)
             cache = CacheState(transport, on_watch_restart=lambda r: metrics.watch_restarts.labels(r).inc())
             reader = LiveReader(transport, mapper=cache.mapper, mirror=cache, catch_up_above=args.catch_up_above,
-                                on_finalizer_read=lambda m, s: metrics.finalizer_reads.labels(m).observe(s))
+                                on_finalizer_read=lambda m, s: metrics.finalizer_reads.labels(m).observe(s),
+                                caught_up=CaughtUpReader(transport, cache,
+                                                         separate_storage=frozenset(args.separate_storage)),
+                                on_caught_up=lambda c, s: metrics.caught_up_confirmations.labels(
+                                    "watch" if c.watches else "already").observe(s),
+                                predict_from=cache)
             source, confirm, needs_confirmation = cache, reader.confirm, reader.needs_confirmation
             from ..cache.access import ReadAccess
 
