@@ -254,7 +254,7 @@ def test_a_lagging_api_server_admits_what_the_others_refuse_until_it_catches_up(
                                     kubeconfig=plane.kubeconfig_for(0))
             assert created.returncode == 0, created.stderr
             for via in (0, 2):
-                wait_for(lambda via=via: _refused(plane, via, refusals), timeout=30,  # type: ignore[misc]
+                wait_for(lambda via=via: _refused(plane, via, refusals), timeout=30,
                          interval=0.1, what=f"API server {via} to route the CREATE to the webhook")
                 timings[f"in force on {via}"] = time.monotonic() - stored
             # Not a race with propagation: API server 1 keeps admitting it for seconds after 0 and 2 refuse.
@@ -288,7 +288,9 @@ def test_a_lagging_api_server_admits_what_the_others_refuse_until_it_catches_up(
                       kubeconfig=plane.kubeconfig_for(0))
     print(f"\npaused {paused_for:.1f} s: API server {LAGGING} admitted {admitted_by_lagging} of {admitted_by_lagging} "
           f"routed dry-run CREATEs after 0 and 2 refused; through the balancer, admitted {through_balancer}; "
-          + ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()) + f"; {failed}")
+          + ", ".join(f"{k} {v:.2f} s" for k, v in timings.items())
+          + f"; failed webhook calls the API servers counted: {failed.failed} (API server {LAGGING}: "
+          f"{failed_on_lagging.failed})")
     # Every refusal was one failed call, counted by the API server that made it; the scrape sums the three.
     assert failed.calls == failed.failed == len(refusals), (failed, refusals)
     # API server 1 made one: after the resume (while paused it routed nothing, and the balancer's refusals

@@ -1,4 +1,5 @@
-"""One real cluster with the gate installed: what the `realcluster` fixture and `up` both start."""
+"""One real cluster with the gate installed, on one kube-apiserver or several behind a balancer: what the
+`realcluster` fixture, the modules with a cluster of their own and `up` start."""
 
 from __future__ import annotations
 
