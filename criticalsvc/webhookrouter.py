@@ -181,7 +181,14 @@ class WebhookRouter:
             self._set_facts(attrs.evolve(self.facts, live=frozenset()))
         # Read second: when the shipped configuration is gone (deleted to end an outage, or at uninstall), the
         # owned one has gone with it, and status must say so rather than keep the routes last written.
-        shipped = await self.transport.get(f"{CONFIGURATIONS}/{self.shipped}", timeout=REQUEST_TIMEOUT)
+        try:
+            shipped = await self.transport.get(f"{CONFIGURATIONS}/{self.shipped}", timeout=REQUEST_TIMEOUT)
+        except APIStatusError as exc:
+            if exc.not_found and self.facts.labelled:
+                # Deleted (the way out of an outage, or the uninstall): its label webhooks went with it, so no label
+                # routes anything now - status must not say Enforcing on their account.
+                self._set_facts(attrs.evolve(self.facts, labelled=False))
+            raise
         if routing.routes_labels(shipped) != self.facts.labelled:
             log.info("the shipped configuration routes the gate's labels" if not self.facts.labelled else
                      "the shipped configuration no longer routes the gate's labels", configuration=self.shipped)

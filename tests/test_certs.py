@@ -188,7 +188,7 @@ def test_manifests_put_the_ca_bundle_in_every_webhook(cert_dir: tuple[Path, str]
     assert code == 0
     (config,) = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
     hooks = config["webhooks"]
-    assert len(hooks) == 3
+    assert len(hooks) == 5
     assert {h["clientConfig"]["caBundle"] for h in hooks} == {bundle.strip()}
     (secret,) = [o for o in objects if o["kind"] == "Secret"]
     assert secret == yaml.safe_load((out / "secret.yaml").read_text())

@@ -65,6 +65,12 @@ def _delete_when_allowed(cluster: Backend, path: str, *, timeout: float = 60, **
     wait_for(lambda: not cluster.admin.exists(path), timeout=timeout, what=f"{path} to be gone")
 
 
+def _ready_reason(cluster: Backend, service: str) -> str:
+    cs = cluster.admin.get(f"{CRITICAL_SERVICES}/{service}") or {}
+    ready = [c for c in (cs.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    return str(ready[0].get("reason")) if ready else ""
+
+
 @contextlib.contextmanager
 def _protected(cluster: Backend, ns: str, *, enforcement: str | None = None) -> Iterator[tuple[str, str]]:
     """Deployments `provider` and `user` in `ns` and a CriticalService protecting `provider` until
@@ -79,6 +85,9 @@ def _protected(cluster: Backend, ns: str, *, enforcement: str | None = None) -> 
     try:
         if enforcement is None:
             wait_for(lambda: _refused(cluster, provider), timeout=60, what=f"the gate to protect {provider}")
+            # Enforcing: the gate's label is stored, so the shipped protected.gate is the webhook that answers.
+            wait_for(lambda: _ready_reason(cluster, service) == "Enforcing", timeout=60,
+                     what=f"{service} Ready=True/Enforcing")
         yield service, provider
     finally:
         for path in (f"{_deployments(ns)}/user", provider, f"{CRITICAL_SERVICES}/{service}"):
@@ -114,7 +123,7 @@ def test_a_denied_namespace_delete_changes_nothing_and_the_namespace_controller_
         denied = cluster.admin.delete(ns_path)
         assert denied.status_code == 403, denied.text
         assert denied.json()["message"].startswith(
-            f'admission webhook "namespaces.gate.{GATE}" denied the request: namespaces {ns} may not be deleted yet: ')
+            f'admission webhook "protected.gate.{GATE}" denied the request: namespaces {ns} may not be deleted yet: ')
         after = cluster.admin.get(ns_path) or {}
         assert "deletionTimestamp" not in after["metadata"] and after["status"]["phase"] == "Active"
         printed = cluster.kubectl("delete", "namespace", ns, "--wait=false")
@@ -147,7 +156,7 @@ def test_deletecollection_admits_each_item_with_an_empty_name(cluster: Backend, 
         answer = cluster.admin.delete(_deployments(namespace))
         assert answer.status_code == 403, answer.text
         assert answer.json()["message"].startswith(
-            _denial("providers", f"deployments.apps {namespace}/provider", service)), answer.text
+            _denial("protected", f"deployments.apps {namespace}/provider", service)), answer.text
         left = cluster.admin.get(provider)
         assert left is not None and "deletionTimestamp" not in left["metadata"]
         # The API server stops at the first refused item (one delete-collection worker by default), so
@@ -165,7 +174,7 @@ def test_kubectl_delete_all_deletes_the_unprotected_and_prints_the_denial(cluste
         assert done.returncode == 1
         assert done.stdout.splitlines() == [f'deployment.apps "{name}" deleted from {namespace} namespace'
                                             for name in ("user", "web")], done.stdout
-        assert ("Error from server (Forbidden): " + _denial("providers", f"deployments.apps {namespace}/provider",
+        assert ("Error from server (Forbidden): " + _denial("protected", f"deployments.apps {namespace}/provider",
                                                            service)) in done.stderr
         assert cluster.admin.exists(provider)
         assert not cluster.admin.exists(f"{_deployments(namespace)}/web")
@@ -180,7 +189,7 @@ def test_a_server_dry_run_is_denied_like_the_real_delete_and_writes_no_event(clu
         dry = cluster.kubectl("delete", "deployment", "provider", "-n", namespace, "--dry-run=server")
         assert dry.returncode == 1
         assert _error_line(dry.stderr).startswith("Error from server (Forbidden): " + _denial(
-            "providers", f"deployments.apps {namespace}/provider", service)), dry.stderr
+            "protected", f"deployments.apps {namespace}/provider", service)), dry.stderr
         assert cluster.admin.delete(provider).status_code == 403  # one real denial
         wait_for(lambda: [e.get("count") for e in _events(cluster, service)] == [1], timeout=30,
                  what="one DeletionBlocked Event with count 1")
