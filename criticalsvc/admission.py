@@ -213,8 +213,8 @@ def render_response(uid: str, decision: Decision) -> ReviewResponseDict:
             "message": decision.message,
             "status": "Failure",
         }
-    if decision.warnings:
-        response["warnings"] = list(decision.warnings)
+    if decision.waiting or decision.warnings:
+        response["warnings"] = [*decision.waiting, *decision.warnings]
     audit = {"rule": decision.rule.value}
     if decision.break_glass:
         audit["break-glass"] = decision.break_glass

@@ -149,6 +149,10 @@ class Decision:
     break_glass: str | None = None
     # spec.recreatedProvider at work (changed, or letting a CriticalService go): for the audit annotation.
     recreated_provider: str | None = None
+    # A refusal's clauses again, one warning each, and what happens then (`_waiting`): sent as warnings before
+    # `warnings` (admission.render_response), for clients that print a refused request's warnings but not its
+    # message (helm uninstall); kept apart so that explain and the logs do not repeat the message.
+    waiting: tuple[str, ...] = ()
 
 
 def allow(rule: Rule, *, warnings: Sequence[str] = (), protected: bool = False, **kw: Any) -> Decision:
@@ -430,8 +434,8 @@ def _conclude(ref: ObjectRef, blocks: list[Block], annotations: Mapping[str, Any
         return allow(Rule.BREAK_GLASS, warnings=[f"break-glass ({reason.strip()}): allowed although {message}",
                                                  *warned],
                      protected=protected, blocking=blocking, break_glass=reason.strip())
-    return deny(Rule.BLOCKED, message, warnings=(*_waiting(ref, enforced), *(_warning(w) for w in warned)),
-                protected=protected, blocking=blocking)
+    return deny(Rule.BLOCKED, message, warnings=tuple(_warning(w) for w in warned), protected=protected,
+                blocking=blocking, waiting=tuple(_waiting(ref, enforced)))
 
 
 def _waiting(ref: ObjectRef, blocks: Sequence[Block]) -> list[str]:

@@ -142,21 +142,22 @@ def test_a_refusal_repeats_what_it_waits_for_as_warnings_and_what_happens_then()
     its own (within the warning limit), then what happens once they hold: replay, or delete it again."""
     d = delete(story(), DEPLOYMENTS, "finalizer-deployment", "finalizer-namespace")
     ref = "deployments.apps finalizer-namespace/finalizer-deployment"
-    assert d.warnings == (
+    assert d.warnings == ()  # explain and the logs show the message once
+    assert d.waiting == (
         f"{ref} may not be deleted while coolresources.my.crd.group objects still carry finalizer "
         "my.crd.group/super-important (3 objects; first: cool-apps/alpha, cool-apps/beta, cool-apps/gamma)",
         f"{ref} may not be deleted while customresourcedefinitions.apiextensions.k8s.io coolresources.my.crd.group "
         "still exists",
         f"{ref}: delete it again once that is over, or set spec.replayDeletion: WhenTearingDown on CriticalService "
         f"{CS_NAME}")
-    assert all(len(w) <= WARNING_LIMIT for w in d.warnings)
-    assert render_response("req-1", d)["response"]["warnings"] == list(d.warnings)
+    assert all(len(w) <= WARNING_LIMIT for w in d.waiting)
+    assert render_response("req-1", d)["response"]["warnings"] == list(d.waiting)
     replaying = story(lambda m: m.kind == "CriticalService")
     cs = dict(story_cs_old())
     cs["spec"] = {**cs["spec"], "replayDeletion": "WhenTearingDown"}
     replaying.upsert_critical_service(parse_critical_service(cs))
     d = delete(replaying, CSVC, CS_NAME, old=cs)
-    assert d.warnings == (
+    assert d.waiting == (
         f"criticalservices.criticalsvc.io {CS_NAME} may not be deleted while its provider deployments.apps "
         "finalizer-namespace/finalizer-deployment still exists; a CriticalService goes after its provider",
         f"criticalservices.criticalsvc.io {CS_NAME}: the gate deletes it once that is over (replayDeletion: "
@@ -361,8 +362,10 @@ def test_warn_does_not_soften_an_enforced_service():
     d = delete(state, DEPLOYMENTS, "web", "app")
     assert not d.allowed and d.blocking == ("strict", "web")
     assert "CriticalService strict" in d.message and "CriticalService web" not in d.message
-    # The refusal's own warnings (what it waits for, then what to do) come first.
-    assert "CriticalService web" in d.warnings[-1] and not any("CriticalService web" in w for w in d.warnings[:-1])
+    assert len(d.warnings) == 1 and "CriticalService web" in d.warnings[0]
+    # On the wire the refusal's own warnings (what it waits for, then what to do) come first.
+    assert render_response("req-1", d)["response"]["warnings"] == [*d.waiting, *d.warnings]
+    assert d.waiting and not any("CriticalService web" in w for w in d.waiting)
 
 
 def test_warnings_stay_within_the_api_server_limit():

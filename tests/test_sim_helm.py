@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
@@ -60,9 +61,11 @@ def test_one_pass_in_uninstall_order_every_object_tried_and_nothing_retried() ->
     assert isinstance(client, HelmUninstall)
     verdict = cluster.run()
     deletes = _deletes(cluster)
-    assert [name for name, _ in deletes] == [
-        "finalizer-deployment", "coolresources.my.crd.group", "finalizer-namespace", "cool-apps",
-        "alpha", "beta", "gamma", "for-finalizer-deployment"]
+    # Each kind's DELETEs at once (their order among themselves is the run's to choose).
+    assert [{name for name, _ in group} for group in (deletes[:1], deletes[1:2], deletes[2:4], deletes[4:7],
+                                                      deletes[7:])] == [
+        {"finalizer-deployment"}, {"coolresources.my.crd.group"}, {"finalizer-namespace", "cool-apps"},
+        {"alpha", "beta", "gamma"}, {"for-finalizer-deployment"}]
     assert [name for name, outcome in deletes if outcome == "denied"] == [
         "finalizer-deployment", "finalizer-namespace", "for-finalizer-deployment"]
     assert client.failed is True and client.done_at is not None and client.done_at < 0.1
@@ -157,3 +160,16 @@ def test_objects_of_one_kind_go_in_the_string_order_of_their_manifest_entries() 
     maps = [(ObjectRef(GroupResource("", "configmaps"), "a", f"cm-{i}"), "ConfigMap") for i in range(12)]
     assert [r.name for r in helm_uninstall_order(maps)] == [
         "cm-0", "cm-1", "cm-10", "cm-11", "cm-2", "cm-3", "cm-4", "cm-5", "cm-6", "cm-7", "cm-8", "cm-9"]
+
+
+def test_simulate_says_helm_gave_up_and_takes_no_refusal_for_warn(capsys: pytest.CaptureFixture[str]) -> None:
+    """`criticalsvc simulate --client helm`: the verdict names helm and its ways out; the refusals' own warnings
+    (what each waits for) are not taken for `enforcement: Warn` letting DELETEs through."""
+    from criticalsvc import cli
+
+    assert cli.main(["simulate", "-f", STORY, "--client", "helm"]) == 1
+    out = capsys.readouterr().out
+    verdict = out.rstrip().splitlines()[-1]
+    assert verdict.startswith("STUCK: 3 of 8 objects remain"), verdict
+    assert "helm uninstall gave up on 3 refused objects" in verdict and "replayDeletion" in verdict, verdict
+    assert "only warned" not in out and "Warnings from the gate" not in out, out

@@ -126,7 +126,11 @@ def record_warnings(cluster: Cluster) -> list[GateWarning]:
         def recording(review: dict[str, Any]) -> dict[str, Any]:
             reply: dict[str, Any] = hook(review)
             response = reply.get("response") if isinstance(reply, Mapping) else None
-            warnings = response.get("warnings") if isinstance(response, Mapping) else None
+            if not isinstance(response, Mapping):
+                return reply
+            # A refusal's warnings repeat its message (decision._waiting), which the timeline shows; the ones kept
+            # are those of what went through (enforcement: Warn, break-glass, CREATE warnings).
+            warnings = response.get("warnings") if response.get("allowed") is not False else None
             if warnings:
                 request = review.get("request") or {}
                 resource = request.get("resource") or {}

@@ -418,7 +418,8 @@ class HelmUninstall(Client):
       CustomResourceDefinitions came from the chart's crds/: they are not in the release's manifest, and Helm
       never deletes them (https://helm.sh/docs/chart_best_practices/custom_resource_definitions/).
     - One Background DELETE per object (`--cascade background`, the default), without a precondition: the
-      objects of one kind at once, the next kind once they are all answered (kube.Client batchPerform); a
+      objects of one kind at once (in no set order: a choice point), the next kind once they are all answered
+      (kube.Client batchPerform); a
       refusal is collected and the pass goes on; a 404 counts as deleted
       (https://github.com/helm/helm/blob/v3.22.0/pkg/kube/client.go#L513-L628).
     - Any refusal fails the command ("failed to delete release"), the release stays `uninstalling`, and nothing
@@ -456,8 +457,11 @@ class HelmUninstall(Client):
         kind = self._kind(self.order[i])
         j = i
         while j < len(self.order) and self._kind(self.order[j]) == kind:
-            failed = not self._delete(self.order[j], "Background") or failed
             j += 1
+        batch = self.order[i:j]
+        self.rng.shuffle(batch)  # one goroutine each: they reach the API server in no set order
+        for ref in batch:
+            failed = not self._delete(ref, "Background") or failed
         self.engine.schedule(self.LATENCY, lambda: self._kind_batch(j, failed=failed))
 
     def describe(self) -> str:

@@ -36,7 +36,7 @@ from ..errors import InvalidInput, MalformedManifest
 from ..manifests import Manifest
 from ..objects import project
 from ..restmapper import resource_type_from_crd
-from .clients import CLIENTS, Client, make_client
+from .clients import CLIENTS, Client, HelmUninstall, make_client
 from .controllers.finalizers import FinalizerController
 from .controllers.garbagecollector import FOREGROUND, ORPHAN
 from .controllers.manager import Controllers, start_controllers
@@ -366,9 +366,11 @@ class Cluster:
                          f"controller was taken down first{tail}")
         if gave_up:
             now = sum(1 for h in gave_up if not h.blocked_by)
-            hints.append(f"kubectl gave up on {len(gave_up)} refused object{'s' if len(gave_up) != 1 else ''}"
-                         + (f" ({now} would be allowed now)" if now else "")
-                         + ": run it again, or simulate a person re-running it with --repeat SECONDS.")
+            helm = any(isinstance(c, HelmUninstall) for c in self.clients)
+            hints.append(f"{'helm uninstall' if helm else 'kubectl'} gave up on {len(gave_up)} refused "
+                         f"object{'s' if len(gave_up) != 1 else ''}" + (f" ({now} would be allowed now)" if now else "")
+                         + (": run it again, or give the CriticalService replayDeletion: WhenTearingDown." if helm
+                            else ": run it again, or simulate a person re-running it with --repeat SECONDS."))
         return " ".join(hints)
 
     def order(self) -> list[tuple[ObjectRef, Mark]]:
