@@ -24,7 +24,7 @@ from ..api import GroupResource
 from ..cache import APIError, KubeTransport, connect, discover
 from ..cache.transport import ACCEPT_JSON, ACCEPT_METADATA_LIST, Transport, list_items
 from ..restmapper import ResourceType
-from .inventory import WHOLE, Inventory, InventoryBuilder
+from .inventory import OWNED, WHOLE, Inventory, InventoryBuilder
 from .rbac import AccessAnswer, AccessQuestion
 
 PAGE = 2000  # objects per LIST page: metadata pages are ~1 KiB an object, whole ones of WHOLE types are few
@@ -51,7 +51,9 @@ async def _list(transport: Transport, t: ResourceType, builder: InventoryBuilder
     token = ""
     while True:
         params = [("limit", str(PAGE))] + ([("continue", token)] if token else [])
-        page = await transport.get(t.path(namespace=namespace), params, timeout=TIMEOUT, accept=accept)
+        # The types that trace a server or a controller are read everywhere: they live in other namespaces.
+        where = None if t.group_resource in WHOLE or t.group_resource in OWNED else namespace
+        page = await transport.get(t.path(namespace=where), params, timeout=TIMEOUT, accept=accept)
         builder.add_all(t.group_resource, list_items(page) or [])
         token = str((page.get("metadata") or {}).get("continue") or "")
         if not token:
@@ -60,8 +62,8 @@ async def _list(transport: Transport, t: ResourceType, builder: InventoryBuilder
 
 async def read_inventory(transport: Transport, *, namespace: str | None = None,
                          only: Sequence[GroupResource] | None = None) -> LiveRead:
-    """Every object's inventory facts (`namespace`: only that namespace's objects of namespaced types, plus the
-    cluster-scoped ones; `only`: only those types)."""
+    """Every object's inventory facts (`namespace`: of the other namespaced types, only that namespace's objects -
+    what a diagnosis of it needs; `only`: only those types)."""
     result = await discover(transport)
     builder = InventoryBuilder()
     unreadable = [f"group {g}: its discovery failed" for g in sorted(result.failed_groups)]
