@@ -83,6 +83,9 @@ class StatusWriter:
         # The LiveReader (criticalsvc/live.py) when DELETEs are confirmed with fresh reads: its refused
         # confirmations make Blocking say CannotConfirm where the caches alone would say CriteriaMet.
         self.reader: Any = None
+        # The CoverageWatch (criticalsvc/discover/read.py) when serve --check-coverage-every is set: what each provider
+        # serves, for the Covered condition.
+        self.coverage: Any = None
         self.source = source
         self.identity = identity
         self.namespace = namespace
@@ -133,7 +136,8 @@ class StatusWriter:
             # refused the provider's DELETE as unverifiable.
             status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)),
                                     routing=self.router.facts if self.router is not None else UNMANAGED,
-                                    refused_confirmation=self._refused(cs, state), **self._replay_facts(cs, state))
+                                    refused_confirmation=self._refused(cs, state), **self._replay_facts(cs, state),
+                                    served=self.coverage.served(cs) if self.coverage is not None else None)
             if (cs.name, cs.uid) in self._written and same_status(self._written[cs.name, cs.uid], status):
                 continue
             try:
@@ -165,7 +169,8 @@ class StatusWriter:
         if self.replayer is not None and replay is None:
             replay = [(cs.name, cs.uid, repr(self._replay_facts(cs, state))) for cs in services]
         refused = getattr(self.reader, "refused_changes", None)
-        return (changes, routing, refused, [(cs.name, cs.uid) for cs in services], replay)
+        coverage = getattr(self.coverage, "changes", None)
+        return (changes, routing, refused, [(cs.name, cs.uid) for cs in services], replay, coverage)
 
     def _refused(self, cs: Any, state: ClusterState) -> str | None:
         """Why the last confirmation of a DELETE of cs's (named) provider failed, if it did lately."""

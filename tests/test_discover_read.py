@@ -25,7 +25,9 @@ class FakeCluster:
     """Discovery in the legacy form, LISTs with `limit`/`continue` paging, and SubjectAccessReviews answered from
     `allowed` (user, resource) pairs; every GET recorded with its Accept header."""
 
-    def __init__(self, objects: dict[str, list[dict[str, Any]]], allowed: set[tuple[str, str]]) -> None:
+    def __init__(self, objects: dict[str, list[dict[str, Any]]], allowed: set[tuple[str, str]], *,
+                 resources: dict[str, list[tuple[str, str, bool]]] | None = None) -> None:
+        self.resources = RESOURCES if resources is None else resources
         self.objects = objects
         self.allowed = allowed
         self.gets: list[tuple[str, dict[str, str], str]] = []
@@ -39,10 +41,10 @@ class FakeCluster:
         if path == "/apis":
             return {"kind": "APIGroupList", "groups": [
                 {"name": g, "versions": [{"version": "v1"}], "preferredVersion": {"version": "v1"}}
-                for g in ("apps", "my.crd.group", "secret.example.com")]}
-        if path in RESOURCES:
+                for g in sorted({p.split("/")[2] for p in self.resources if p.startswith("/apis/")})]}
+        if path in self.resources:
             return {"resources": [{"name": n, "kind": k, "namespaced": ns, "verbs": ["list", "watch", "update"]}
-                                  for n, k, ns in RESOURCES[path]]}
+                                  for n, k, ns in self.resources[path]]}
         if path.startswith("/apis/secret.example.com"):
             raise APIStatusError(403, "Forbidden", "secrets.secret.example.com is forbidden")
         items = self.objects.get(path.rsplit("/", 1)[1], [])

@@ -107,6 +107,10 @@ def register(sub: Any) -> None:
                    help="a Finalizer criterion over a type the cache holds this many objects of is confirmed from the "
                         "cache, caught up to a consistent read's version by a watch, instead of by a LIST of the whole "
                         "type (0: always; default %(default)d)")
+    p.add_argument("--check-coverage-every", type=float, default=0.0, metavar="SECONDS",
+                   help="every this many seconds the leader reads which webhook configurations, CRD conversions and "
+                        "APIServices each provider serves, and condition Covered says when a CriticalService's "
+                        "criteria miss one (needs api/examples/rbac/coverage-reader.yaml; default 0: off)")
     p.add_argument("--webhook-configuration", default="criticalsvc", metavar="NAME",
                    help="the shipped ValidatingWebhookConfiguration: only read, to copy its clientConfig into and "
                         "own criticalsvc-providers (default: %(default)s)")
@@ -295,6 +299,12 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
                                            post_event=writer.post_event, on_change=writer.poke)
                     writer.router, manages_routes = router, True
                     tasks.append(asyncio.create_task(router.run(lambda: writer.leading), name="webhook-router"))
+                if args.check_coverage_every > 0:
+                    from ..discover.read import CoverageWatch
+
+                    writer.coverage = CoverageWatch(transport, every=args.check_coverage_every,
+                                                    gate_namespace=args.lease_namespace)
+                    tasks.append(asyncio.create_task(writer.coverage.run(lambda: writer.leading), name="coverage"))
                 tasks += [asyncio.create_task(writer.run_elected(), name="status-writer"),
                           asyncio.create_task(writer.run_events(), name="event-writer"),
                           asyncio.create_task(replayer.run(lambda: writer.leading), name="replayer"),

@@ -19,18 +19,35 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import attrs
+import structlog
 
-from ..api import GroupResource
+from ..api import CRDS, CriticalService, GroupResource, ObjectRef
 from ..cache import APIError, KubeTransport, connect, discover
 from ..cache.transport import ACCEPT_JSON, ACCEPT_METADATA_LIST, Transport, list_items
 from ..restmapper import ResourceType
-from .inventory import OWNED, WHOLE, Inventory, InventoryBuilder
+from .coverage import Served, served_by, served_of
+from .inventory import (
+    APISERVICES,
+    ENDPOINTSLICES,
+    MUTATING,
+    OWNED,
+    PODS,
+    REPLICASETS,
+    SERVICES,
+    VALIDATING,
+    WHOLE,
+    WORKLOAD_TYPES,
+    Inventory,
+    InventoryBuilder,
+)
+from .propose import propose
 from .rbac import AccessAnswer, AccessQuestion
 
 PAGE = 2000  # objects per LIST page: metadata pages are ~1 KiB an object, whole ones of WHOLE types are few
 CONCURRENCY = 8  # as discovery does (criticalsvc/cache/discovery.py): no burst priority-and-fairness would queue
 TIMEOUT = 30.0
 SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+log = structlog.get_logger("criticalsvc.discover")
 
 
 class Client(Transport, Protocol):
@@ -66,7 +83,9 @@ async def read_inventory(transport: Transport, *, namespace: str | None = None,
     what a diagnosis of it needs; `only`: only those types)."""
     result = await discover(transport)
     builder = InventoryBuilder()
-    unreadable = [f"group {g}: its discovery failed" for g in sorted(result.failed_groups)]
+    groups = None if only is None else {gr.group for gr in only}
+    unreadable = [f"group {g}: its discovery failed" for g in sorted(result.failed_groups)
+                  if groups is None or g in groups]
     limit = asyncio.Semaphore(CONCURRENCY)
     types = [t for t in result.types if only is None or t.group_resource in only]
 
@@ -127,3 +146,42 @@ def read_cluster(*, kubeconfig: str | None = None, context: str | None = None, n
             await api.close()
 
     return asyncio.run(run())
+
+
+# What the Covered condition reads: the exact findings only (no finalizer scan of every type, no reviews), so the
+# gate needs list rights on these few types, not on everything (api/examples/rbac/coverage-reader.yaml).
+COVERAGE_TYPES = (VALIDATING, MUTATING, CRDS, APISERVICES, SERVICES, ENDPOINTSLICES, PODS, REPLICASETS,
+                  *WORKLOAD_TYPES)
+
+
+class CoverageWatch:
+    """Re-reads what each workload serves every `every` seconds, for the status's Covered condition (leader only).
+
+    A read that fails keeps the last answer; a type it may not list makes it say nothing (`served` None) rather
+    than call a provider covered on half the facts."""
+
+    def __init__(self, transport: Transport, *, every: float, gate_namespace: str) -> None:
+        self.transport = transport
+        self.every = every
+        self.gate_namespace = gate_namespace
+        self.changes = 0
+        self._served: dict[ObjectRef, tuple[Served, ...]] | None = None
+
+    def served(self, cs: CriticalService) -> tuple[Served, ...] | None:
+        return None if self._served is None else served_of(cs, self._served)
+
+    async def read_once(self) -> None:
+        read = await read_inventory(self.transport, only=COVERAGE_TYPES)
+        served = None if read.unreadable else served_by(propose(read.inventory, {}, gate_namespace=self.gate_namespace))
+        if served != self._served:
+            self._served = served
+            self.changes += 1
+
+    async def run(self, leading: Callable[[], bool]) -> None:
+        while True:
+            if leading():
+                try:
+                    await self.read_once()
+                except APIError as exc:
+                    log.warning("coverage read failed", error=str(exc))
+            await asyncio.sleep(self.every)
