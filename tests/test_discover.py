@@ -225,3 +225,23 @@ def test_the_reference_story_proposes_its_own_criticalservice_shape():
     (p,) = discover([o for o in objs if o["kind"] != "CriticalService"]).proposals
     assert p.provider == story.provider
     assert p.dependencies[0].criterion in story.criteria
+
+
+def test_the_core_controller_wins_over_its_siblings():
+    """Crossplane's core and its RBAC manager may both update XRDs and both names say crossplane: the workload
+    whose whole name is the project's (crossplane) is proposed, the sibling named in the evidence."""
+    objs = [deployment("crossplane-system", "crossplane", sa="crossplane"),
+            deployment("crossplane-system", "crossplane-rbac-manager", sa="rbac-manager"),
+            crd("apiextensions.crossplane.io", "compositeresourcedefinitions", "CompositeResourceDefinition",
+                scope="Cluster"),
+            custom("apiextensions.crossplane.io/v2", "CompositeResourceDefinition", "", "xbuckets.example.org",
+                   finalizers=["defined.apiextensions.crossplane.io"]),
+            cluster_role("crossplane", [rule(["apiextensions.crossplane.io"], ["*"], ["*"])]),
+            cluster_role("rbac-manager", [rule(["apiextensions.crossplane.io"], ["compositeresourcedefinitions"],
+                                               ["get", "list", "watch", "update"])]),
+            cluster_role_binding("crossplane", "crossplane", ("crossplane-system", "crossplane")),
+            cluster_role_binding("rbac-manager", "rbac-manager", ("crossplane-system", "rbac-manager"))]
+    (p,) = discover(objs).proposals
+    assert p.provider.name == "crossplane" and p.confidence.value == "high"
+    assert "may update it too: deployments.apps crossplane-system/crossplane-rbac-manager" in \
+        p.dependencies[0].evidence

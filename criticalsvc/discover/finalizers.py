@@ -100,6 +100,12 @@ def name_score(gr: GroupResource, finalizer: str, workload: Workload) -> Candida
                 score += weight if where in ("name", "ServiceAccount") else 1
                 for hit in hits:
                     places.setdefault(hit, set()).add(where)
+    # A word that is the workload's whole name (less a -controller/-manager/-operator suffix) names the project's
+    # core controller: cert-manager, not cert-manager-webhook; crossplane, not crossplane-rbac-manager.
+    core = re.sub(r"-(controller|manager|operator)$", "", workload.ref.name)
+    if workload.ref.name in places or core in places:
+        score += 2
+        places.setdefault(workload.ref.name if workload.ref.name in places else core, set()).add("whole name")
     # "cert-manager in name, namespace", not also "cert": a word inside a matched hyphenated one says nothing more.
     shown = [w for w in sorted(places) if not any(w != o and w in o.split("-") for o in places)]
     matched = [f"{w} in {', '.join(sorted(places[w]))}" for w in shown]
