@@ -97,6 +97,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),
+    # discover: an account that may update every type is no evidence of which controller processes a finalizer.
+    Mutant("discover-superuser-as-evidence", "criticalsvc/discover/propose.py",
+           "(superusers if probe is not None and probe.allowed else allowed).append((w, answer))",
+           "allowed.append((w, answer))", ("tests/test_discover.py",)),
+    # Covered must name what the criteria miss, not call everything covered.
+    Mutant("coverage-all-covered", "criticalsvc/discover/coverage.py",
+           "return [s for s in served if not any(covers(c, s.criterion, resolve) for c in cs.criteria)]",
+           "return []", ("tests/test_coverage.py",)),
 )
 
 

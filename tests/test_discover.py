@@ -245,3 +245,14 @@ def test_the_core_controller_wins_over_its_siblings():
     assert p.provider.name == "crossplane" and p.confidence.value == "high"
     assert "may update it too: deployments.apps crossplane-system/crossplane-rbac-manager" in \
         p.dependencies[0].evidence
+
+
+def test_cli_without_a_cluster_says_what_to_pass(monkeypatch, tmp_path, capsys):
+    """Without --state and without any kubeconfig, discover exits 2 with one line saying what to pass."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["discover"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("criticalsvc discover: --kubeconfig: no cluster configuration")
+    assert "--state" in err

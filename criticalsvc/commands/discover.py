@@ -12,8 +12,9 @@ from ..discover.inventory import from_objects
 from ..discover.propose import Skipped, access_questions, propose
 from ..discover.rbac import review
 from ..discover.render import render_json, render_yaml, skipped_lines
+from ..errors import InvalidInput
 from ..manifests import load_path
-from ._source import add_source_arguments
+from ._source import NO_CLUSTER_HINT, _in_cluster, _kubeconfig_files, add_source_arguments
 
 
 def register(sub: Any) -> None:
@@ -38,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
         answers = {q: review(q, inv) for q in access_questions(inv, gate_namespace=args.gate_namespace)}
     else:
         from ..discover.read import read_cluster
+
+        if args.kubeconfig is None and not _kubeconfig_files(None) and not _in_cluster():
+            raise InvalidInput("--kubeconfig", f"no cluster configuration: not in a pod, no $KUBECONFIG and no "
+                               f"~/.kube/config; {NO_CLUSTER_HINT}")
 
         read, answers = read_cluster(kubeconfig=args.kubeconfig, context=args.context,
                                      questions_for=lambda i: access_questions(i, gate_namespace=args.gate_namespace))
