@@ -87,4 +87,4 @@ def _diagnose(args: argparse.Namespace, target: ObjectRef) -> Diagnosis | None:
         read, answers = read_cluster(kubeconfig=args.kubeconfig, context=args.context, namespace=where,
                                      questions_for=lambda i: access_questions(i, gate_namespace=args.gate_namespace))
         inv = read.inventory
-    return diagnose(target, inv, answers)
+    return diagnose(target, inv, answers, gate_namespace=args.gate_namespace)

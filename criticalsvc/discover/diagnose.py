@@ -88,10 +88,11 @@ def render_lines(d: Diagnosis) -> list[str]:
     return lines
 
 
-def diagnose(target: ObjectRef, inv: Inventory, answers: Mapping[AccessQuestion, AccessAnswer]) -> Diagnosis | None:
+def diagnose(target: ObjectRef, inv: Inventory, answers: Mapping[AccessQuestion, AccessAnswer], *,
+             gate_namespace: str = "criticalsvc-system") -> Diagnosis | None:
     """Why `target` (a namespace or any object) is stuck terminating; None when it is not terminating."""
     index = Index(inv)
-    discovery = propose(inv, answers)
+    discovery = propose(inv, answers, gate_namespace=gate_namespace)
     if target.group_resource == NAMESPACES:
         ns = inv.namespace(target.name)
         if ns is None or ns.deletion_timestamp is None:
