@@ -1,6 +1,7 @@
 """`criticalsvc discover`'s inference at cluster scale, in-process: the cost past the API server's.
 
     python -m benchmarks discover [--objects 100000] [--namespaces 10000] [--operators 50] [--json]
+    python -m benchmarks discover --real [--objects 100000] [--namespaces 10000] [--json]
 
 Builds the LIST answers of a cluster as discover reads it (criticalsvc/discover/read.py): --objects
 ConfigMaps as PartialObjectMetadata spread over --namespaces namespaces (one in ten carrying one of the
@@ -10,6 +11,12 @@ webhook configuration; plus a cluster-admin account. Then times, in this process
 those pages (what the reader does per page), the access questions and their RBAC answers (a snapshot's
 SubjectAccessReviews), the proposal, and the YAML, and reports peak traced memory. The API server's own cost
 (the LIST pages themselves) is not in it: on a real cluster that is the metadata LIST of every type.
+
+With --real, the whole command on the real control plane instead (tests/realcluster; not part of CI: minutes of
+loading): benchmarks/realscale.py's cluster shape without pods or CriticalServices (--namespaces namespaces,
+--objects ConfigMaps spread over them, each namespace's first carrying a finalizer), loaded by its Go loader, then
+`criticalsvc discover --kubeconfig` run as a user runs it, in its own process: wall time, peak RSS, and the
+objects it read.
 """
 
 from __future__ import annotations
@@ -104,14 +111,63 @@ def _run(items: list[tuple[GroupResource, dict[str, Any]]], *, traced: bool) -> 
             "totalSeconds": round(t4 - t0, 3), "peakTracedMiB": round(peak / 2**20, 1), "yamlBytes": len(text)}
 
 
+def run_real(objects: int, namespaces: int) -> dict[str, Any]:
+    import resource
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from tests.realcluster import build
+    from tests.realcluster.controlplane import ControlPlane
+
+    from .realscale import EMPTY, LOADER_MODULE, Layout, Loader, go_binary
+
+    if build.cached(build.selected_minor()) is None and (reason := build.missing_toolchain()) is not None:
+        return {"skipped": reason}
+    binaries = build.ensure_built(build.selected_minor())
+    go_binary(LOADER_MODULE)
+    layout = Layout(namespaces, objects, 0, 0)
+    with tempfile.TemporaryDirectory(prefix="bench-discover-") as tmp:
+        plane = ControlPlane(binaries, Path(tmp), workloads=False)
+        try:
+            plane.start()
+            loader = Loader(plane, Path(tmp))
+            started = time.perf_counter()
+            created = sum(loader.create(items)["created"] for items in (layout.namespaces_from(EMPTY),
+                                                                       layout.objects_from(EMPTY)))
+            load_seconds = time.perf_counter() - started
+            before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "criticalsvc", "discover", "--kubeconfig",
+                                   str(plane.admin_kubeconfig), "-o", "json"], capture_output=True, text=True,
+                                  check=False)
+            seconds = time.perf_counter() - started
+            peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+            if done.returncode != 0:
+                return {"error": done.stderr[-2000:]}
+            skipped = [line for line in done.stderr.splitlines() if line.startswith("skipped ")]
+            return {"kubernetes": binaries.kubernetes_version, "created": created,
+                    "loadSeconds": round(load_seconds, 1), "discoverSeconds": round(seconds, 2),
+                    # ru_maxrss of the children so far: the discover process when it is the largest (the loader
+                    # is a small Go process).
+                    "discoverPeakRssMiB": round(max(peak, before) / 1024, 1),
+                    "proposals": len(json.loads(done.stdout)["items"]), "skipped": len(skipped),
+                    "firstSkipped": skipped[:3]}
+        finally:
+            plane.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks discover", description=__doc__.splitlines()[0])
     p.add_argument("--objects", type=int, default=100_000)
     p.add_argument("--namespaces", type=int, default=10_000)
     p.add_argument("--operators", type=int, default=50)
+    p.add_argument("--real", action="store_true", help="on the real control plane (minutes of loading)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    result = run(args.objects, args.namespaces, args.operators)
+    result = run_real(args.objects, args.namespaces) if args.real else run(args.objects, args.namespaces,
+                                                                           args.operators)
     if args.json:
         print(json.dumps(result))
     else:
