@@ -110,8 +110,9 @@ def test_a_namespace_stuck_on_crs_whose_controller_was_deleted(realcluster: Real
     admin = realcluster.admin
     assert admin.create(CRDS, widget_crd(group)).status_code == 201
     try:
-        wait_for(lambda: admin.get(f"/apis/{group}/v1/widgets") is not None, timeout=30,
-                 what=f"widgets.{group} to be served")
+        done = realcluster.kubectl("wait", "--for=condition=Established", "--timeout=30s", f"crd/widgets.{group}",
+                                   timeout=40)
+        assert done.returncode == 0, done.stderr
         for ns in (controller_ns, apps):
             _namespace(realcluster, ns)
         deployments = f"/apis/apps/v1/namespaces/{controller_ns}/deployments"
@@ -134,7 +135,7 @@ def test_a_namespace_stuck_on_crs_whose_controller_was_deleted(realcluster: Real
         for n in ("alpha", "beta"):  # the way out it printed, for each object
             command = shlex.split(patch["text"].replace(" alpha ", f" {n} "))
             assert command[:2] == ["kubectl", "patch"]
-            done = realcluster.kubectl(*command[2:])
+            done = realcluster.kubectl(*command[1:])
             assert done.returncode == 0, done.stderr
         wait_for(lambda: not admin.exists(f"/api/v1/namespaces/{apps}"), timeout=STUCK_WITHIN,
                  what=f"namespace {apps} to go once the finalizers are removed")

@@ -25,7 +25,8 @@ processes a finalizer, so what those controllers would write is written here, as
   `defined.apiextensions.crossplane.io`
   (https://github.com/crossplane/crossplane/blob/v2.3.4/internal/controller/apiextensions/definition/reconciler.go#L64).
 - Flux kustomize-controller v1.9.6: the module the harness builds (tests/realcluster/flux.py): its CRDs,
-  config/rbac and config/manager Deployment, and a Kustomization carrying `finalizers.fluxcd.io`.
+  config/rbac and config/manager Deployment (run as ServiceAccount kustomize-controller, as `flux install` runs
+  it), and a Kustomization carrying `finalizers.fluxcd.io`.
 """
 
 from __future__ import annotations
@@ -181,6 +182,9 @@ def flux_documents() -> list[JSON]:
     manager = flux.kustomize_controller_dir() / "config" / "manager" / "deployment.yaml"
     deployment = next(d for d in _docs(manager.read_text(encoding="utf-8")) if d["kind"] == "Deployment")
     deployment["metadata"]["namespace"] = ns
+    # As `flux install` runs it (and the harness's flux.py): as its own ServiceAccount, which config/rbac binds; the
+    # module's config/manager leaves the namespace's default one.
+    deployment["spec"]["template"]["spec"]["serviceAccountName"] = flux.SERVICE_ACCOUNT
     docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": flux.SERVICE_ACCOUNT, "namespace": ns}}]
     docs += [d for text in flux.crd_texts() for d in _docs(text)]
