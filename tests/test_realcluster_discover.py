@@ -75,34 +75,49 @@ class Created:
 
     def create(self, docs: list[dict[str, Any]]) -> None:
         done = self.cluster.kubectl("create", "-f", "-", "-o", "json", input=yaml.safe_dump_all(docs), timeout=180)
+        # Existing objects are left as they are; the API server's warnings (Kubernetes 1.37 prefers finalizer names
+        # with a path, which these projects' are not) are no error.
         errors = [e for e in done.stderr.splitlines() if e.strip() and "AlreadyExists" not in e
-                  and "already exists" not in e]
+                  and "already exists" not in e and not e.startswith("Warning:")]
         assert not errors, done.stderr
-        if not done.stdout.strip():
-            return
-        answer = json.loads(done.stdout)
-        for obj in answer.get("items", [answer]):
+        # One JSON document per object created, one after the other.
+        decoder, text, at, objs = json.JSONDecoder(), done.stdout, 0, []
+        while text[at:].strip():
+            at += len(text[at:]) - len(text[at:].lstrip())
+            obj, at = decoder.raw_decode(text, at)
+            objs += obj.get("items", [obj])
+        for obj in objs:
             group = obj["apiVersion"].rpartition("/")[0]
             resource = obj["kind"].lower() + (f".{group}" if group else "")
             self.objects.append((resource, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
 
-    def delete_all(self) -> None:
-        # Webhook configurations first (cert-manager's fail closed on its own types), finalizers off, then the rest
-        # in reverse, namespaces and CRDs last.
-        def rank(o: tuple[str, str, str]) -> tuple[bool, bool]:
-            return (not o[0].startswith(("validatingwebhook", "mutatingwebhook")),
-                    o[0].startswith(("namespace", "customresourcedefinition")))
+    def delete_all(self, finalized: list[dict[str, Any]]) -> None:
+        """Webhook configurations first (cert-manager's fail closed on its own types), the finalizers taken off what
+        carries them, then everything in one `kubectl delete` per namespace, namespaces and CRDs last."""
+        webhooks = [o for o in self.objects if o[0].startswith(("validatingwebhook", "mutatingwebhook"))]
+        self._delete(webhooks)
+        for d in finalized:
+            m = d["metadata"]
+            resource = f"{d['kind'].lower()}.{d['apiVersion'].rpartition('/')[0]}"
+            self.cluster.kubectl("patch", resource, m["name"], *(("-n", m["namespace"]) if m.get("namespace") else ()),
+                                 "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+        last = ("namespace", "customresourcedefinition")
+        self._delete([o for o in self.objects if o not in webhooks and not o[0].startswith(last)])
+        self._delete([o for o in self.objects if o[0].startswith(last)])
 
-        for resource, namespace, name in sorted(reversed(self.objects), key=rank):
+    def _delete(self, objects: list[tuple[str, str, str]]) -> None:
+        by_namespace: dict[str, list[str]] = {}
+        for resource, namespace, name in objects:
+            by_namespace.setdefault(namespace, []).append(f"{resource}/{name}")
+        for namespace, names in by_namespace.items():
             where = ("-n", namespace) if namespace else ()
-            self.cluster.kubectl("patch", resource, name, *where, "--type=merge", "-p",
-                                 '{"metadata":{"finalizers":null}}')
-            self.cluster.kubectl("delete", resource, name, *where, "--wait=false", "--ignore-not-found")
+            self.cluster.kubectl("delete", *names, *where, "--wait=false", "--ignore-not-found", timeout=120)
 
 
 @pytest.fixture
 def installed(realcluster: RealCluster) -> Iterator[None]:
     created = Created(realcluster)
+    finalized: list[dict[str, Any]] = []
     installs = [*operators.cert_manager_documents(), *operators.kyverno_documents(),
                 *operators.crossplane_documents(), *operators.flux_documents()]
     try:
@@ -115,12 +130,13 @@ def installed(realcluster: RealCluster) -> Iterator[None]:
         # The objects carrying each finalizer, before the webhooks that would check them (no server answers them).
         users = "operator-users"
         created.create([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": users}}])
-        created.create([*operators.cert_manager_users(users), *operators.crossplane_users(),
-                        *operators.flux_users(users)])
+        finalized = [*operators.cert_manager_users(users), *operators.crossplane_users(),
+                     *operators.flux_users(users)]
+        created.create(finalized)
         created.create([d for d in installs if d["kind"] in WEBHOOKS])
         yield
     finally:
-        created.delete_all()
+        created.delete_all(finalized)
 
 
 def test_discover_proposes_the_table(realcluster: RealCluster, installed: None,
