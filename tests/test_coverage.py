@@ -7,12 +7,23 @@ import asyncio
 from criticalsvc.api import parse_critical_service
 from criticalsvc.discover.coverage import served_by, served_of
 from criticalsvc.discover.inventory import from_objects
-from criticalsvc.discover.propose import propose
+from criticalsvc.discover.propose import access_questions, propose
+from criticalsvc.discover.rbac import review
 from criticalsvc.discover.read import CoverageWatch
 from criticalsvc.snapshot import build_state
 from criticalsvc.state import MemoryState
 from criticalsvc.status import compute_status
-from tests.discover_cluster import apiservice, webhook_configuration, workload_with_service
+from tests.discover_cluster import (
+    apiservice,
+    cluster_role,
+    cluster_role_binding,
+    crd,
+    custom,
+    deployment,
+    rule,
+    webhook_configuration,
+    workload_with_service,
+)
 from tests.test_discover_read import FakeCluster
 
 NOW = 1_800_000_000.0
@@ -101,3 +112,24 @@ def test_the_watch_reads_the_cluster_and_counts_changes():
     assert watch.changes == 1
     served = watch.served(parse_critical_service(critical_service(APISERVICE)))
     assert served is not None and len(served) == 2
+
+
+def test_a_finalizer_the_provider_processes_is_named_too():
+    """Where the finalizer inference is sure (high confidence), a CriticalService missing that Finalizer criterion
+    is Covered False naming the finalizer and its type."""
+    objs = [deployment("cert-manager", "cert-manager", sa="cert-manager"),
+            crd("acme.cert-manager.io", "challenges", "Challenge"),
+            custom("acme.cert-manager.io/v1", "Challenge", "apps", "c", finalizers=["finalizer.acme.cert-manager.io"]),
+            cluster_role("challenges", [rule(["acme.cert-manager.io"], ["challenges"])]),
+            cluster_role_binding("challenges", "challenges", ("cert-manager", "cert-manager"))]
+    inv = from_objects(objs)
+    served = served_by(propose(inv, {q: review(q, inv) for q in access_questions(inv)}))
+    cs = parse_critical_service({"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService",
+                                 "metadata": {"name": "cm"},
+                                 "spec": {"provider": {"group": "apps", "resource": "deployments",
+                                                       "namespace": "cert-manager", "name": "cert-manager"},
+                                          "criteria": [WEBHOOK]}})
+    status = compute_status(cs, MemoryState(), now=NOW, served=served_of(cs, served))
+    c = next(c for c in status["conditions"] if c["type"] == "Covered")
+    assert c["status"] == "False"
+    assert "also serves finalizer finalizer.acme.cert-manager.io on challenges.acme.cert-manager.io" in c["message"]
