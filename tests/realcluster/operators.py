@@ -75,7 +75,7 @@ def cert_manager_documents() -> list[JSON]:
 def cert_manager_users(namespace: str) -> list[JSON]:
     return [{"apiVersion": "acme.cert-manager.io/v1", "kind": "Challenge",
              "metadata": {"name": "example-challenge", "namespace": namespace,
-                          "finalizers": ["finalizer.acme.cert-manager.io"]},
+                          "finalizers": ["acme.cert-manager.io/finalizer"]},
              "spec": {"authorizationURL": "https://acme.example.com/authz/1", "dnsName": "example.com",
                       "issuerRef": {"name": "letsencrypt"}, "key": "k", "token": "t", "type": "HTTP-01",
                       "url": "https://acme.example.com/chall/1", "solver": {"http01": {"ingress": {}}}}}]
