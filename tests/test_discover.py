@@ -58,7 +58,8 @@ def cluster() -> list[dict]:
     # The gate's own install, serving its own webhook.
     objs += workload_with_service("criticalsvc-system", "criticalsvc", labels={"app.kubernetes.io/name": "criticalsvc"},
                                   sa="criticalsvc")
-    objs.append(webhook_configuration("criticalsvc", "criticalsvc-system", "criticalsvc"))
+    objs.append(webhook_configuration("gate-admission", "criticalsvc-system", "criticalsvc"))
+    objs.append(webhook_configuration("criticalsvc-providers", "", "", url="https://127.0.0.1:8443/validate"))
     # A superuser that may update anything, whose name matches nothing.
     objs.append(deployment("elsewhere", "argocd-application-controller", sa="argocd"))
     objs += [cluster_role("cluster-admin", [rule(["*"], ["*"], ["*"])]),
@@ -108,8 +109,9 @@ def test_skips_say_why():
     skipped = {s.subject: s.reason for s in discover(cluster()).skipped}
     assert "outside the cluster" in skipped["ValidatingWebhookConfiguration outside webhook outside.example.io"]
     assert "Kubernetes itself" in skipped["finalizer kubernetes.io/pvc-protection on persistentvolumeclaims"]
-    own = skipped["ValidatingWebhookConfiguration criticalsvc (webhooks criticalsvc.example.io)"]
-    assert "the gate's own install" in own
+    own = skipped["ValidatingWebhookConfiguration gate-admission (webhooks gate-admission.example.io)"]
+    assert "the gate's own install" in own  # by the workload serving it
+    assert skipped["ValidatingWebhookConfiguration criticalsvc-providers"] == "the gate's own install"  # by name
     assert "no workload's ServiceAccount may update it" in skipped["finalizer example.com/gone on configmaps"]
 
 
@@ -256,3 +258,15 @@ def test_cli_without_a_cluster_says_what_to_pass(monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("criticalsvc discover: --kubeconfig: no cluster configuration")
     assert "--state" in err
+
+
+def test_unanswered_reviews_are_said_so():
+    """When the SubjectAccessReviews cannot be answered (a server without them) and no name matches, the finalizer
+    is skipped saying the reviews failed, not that nobody may update it."""
+    from criticalsvc.discover.rbac import AccessAnswer
+
+    inv = from_objects([deployment("ops", "cool-operator"), crd("my.crd.group", "coolresources", "CoolResource"),
+                        custom("my.crd.group/v1", "CoolResource", "a", "x", finalizers=["my.crd.group/done"])])
+    failed = {q: AccessAnswer(None, "404 NotFound: subjectaccessreviews") for q in access_questions(inv)}
+    (s,) = propose(inv, failed).skipped
+    assert "could not be asked (404 NotFound: subjectaccessreviews), and no workload's name matches it" in s.reason

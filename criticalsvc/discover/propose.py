@@ -35,6 +35,7 @@ from ..api import (
     ObjectRef,
     SpecificResourceCriterion,
 )
+from ..routing import PROVIDERS_CONFIGURATION
 from .finalizers import Candidate, Confidence, best, is_builtin, name_score
 from .inventory import APISERVICES, FinalizerUse, Inventory, Webhook, Workload
 from .rbac import SUPERUSER_PROBE, AccessAnswer, AccessQuestion
@@ -51,6 +52,10 @@ READ_BY_DEFAULT = frozenset({CRITICAL_SERVICES, NAMESPACES, CRDS, *ROUTED_PROVID
 # The gate's own install: its workloads carry this label (deploy/base), and its finalizers this prefix.
 OWN_NAME_LABEL = ("app.kubernetes.io/name", "criticalsvc")
 OWN_FINALIZER_PREFIX = "criticalsvc.io/"
+# The gate's own webhook configurations: the shipped one (deploy/base/webhook.yaml; serve --webhook-configuration
+# names another) and the one its leader writes (criticalsvc/routing.py). Pointed at the gate by url when it runs
+# outside the cluster, they are its own install all the same.
+OWN_CONFIGURATIONS = frozenset({"criticalsvc", PROVIDERS_CONFIGURATION})
 UPDATE = "update"
 _RANK = {Confidence.HIGH: 0, Confidence.MEDIUM: 1, Confidence.LOW: 2}
 
@@ -143,6 +148,9 @@ def propose(inv: Inventory, answers: Mapping[AccessQuestion, AccessAnswer], *,
         by_configuration.setdefault((w.configuration, w.configuration_name), []).append(w)
     for (gr, name), hooks in sorted(by_configuration.items()):
         kind = hooks[0].kind
+        if name in OWN_CONFIGURATIONS:
+            skipped.append(Skipped(f"{kind} {name}", "the gate's own install"))
+            continue
         for w in hooks:
             if w.service is None:
                 where = f"clientConfig.url {w.url}" if w.url else "no clientConfig.service"
@@ -273,6 +281,10 @@ def _finalizer(u: FinalizerUse, inv: Inventory, answers: Mapping[AccessQuestion,
     if allowed:
         skipped.append(Skipped(subject, f"{seen}; {len(allowed)} workloads may update it and no name tells which "
                                         f"processes it: {_few([w.ref for w, _ in allowed])}"))
+    elif unanswered:
+        why = next((a.reason for a in answers.values() if a.allowed is None and a.reason), "")
+        skipped.append(Skipped(subject, f"{seen}; whose ServiceAccount may update it could not be asked"
+                                        f"{f' ({why})' if why else ''}, and no workload's name matches it"))
     else:
         skipped.append(Skipped(subject, f"{seen}; no workload's ServiceAccount may update it (its controller runs "
                                         "outside the cluster, or is gone)"))
