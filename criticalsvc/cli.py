@@ -26,7 +26,7 @@ from typing import NoReturn
 from . import __version__
 from .errors import CriticalsvcError, InvalidInput
 
-COMMANDS = ("review", "plan", "simulate", "verify", "serve", "certs", "manifests", "explain", "graph")
+COMMANDS = ("review", "plan", "simulate", "verify", "serve", "certs", "manifests", "explain", "graph", "discover")
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # 128 + SIGPIPE: what a shell reports for `yes | head -1`

@@ -29,6 +29,7 @@ from .api import (
 )
 from .criteria import Verdict
 from .decision import Decision, decide
+from .discover.diagnose import Diagnosis, render_lines
 from .replay import DeletionIntent
 from .state import ClusterState, provider_objects
 from .stuck import Stuck, finalizer_controller
@@ -54,6 +55,9 @@ class Explanation:
     services: tuple[ServiceReport, ...]
     # Refused deletions of the target the gate has recorded and will replay (spec.replayDeletion).
     intents: tuple[DeletionIntent, ...] = ()
+    # Why the target is stuck terminating, if it is (criticalsvc/discover/diagnose.py): the gate's decision
+    # alone says nothing about a namespace that will never go.
+    diagnosis: Diagnosis | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +81,7 @@ class Explanation:
             "deletionIntents": [{"uid": i.uid, "user": i.user, "requestedAt": format_rfc3339(i.requested_at),
                                  "propagationPolicy": i.propagation_policy, "phase": i.phase.value}
                                 for i in self.intents],
+            **({"stuck": self.diagnosis.to_dict()} if self.diagnosis is not None else {}),
         }
 
 
@@ -182,6 +187,8 @@ def render_text(e: Explanation) -> str:
         lines.append(f"  Deletion intent ({intent.phase.value}): {intent.user or 'someone'} asked at "
                      f"{format_rfc3339(intent.requested_at)}{policy}; the gate deletes it when the criteria hold"
                      f"{'' if intent.armed_at is not None else ', if what blocks it is deleted soon'}")
+    if e.diagnosis is not None:
+        lines += render_lines(e.diagnosis)
     if not e.decision.allowed:
         lines.append(f"  Message: {e.decision.message}")
     for w in e.decision.warnings:

@@ -58,6 +58,11 @@ writer that recomputes every few seconds does not churn it.
                                                 replica available; the message gives the way out (scale up, or
                                                 the kubectl patch that removes the finalizer by hand)
                False (ControllerAvailable | NoFinalizerPending | ProviderAbsent | AvailabilityUnknown)
+    Covered    (when the gate checks what providers serve: serve --check-coverage-every; a named provider only)
+               True  (CoversServed)             every webhook configuration, CRD conversion and APIService the
+                                                provider serves (and finalizer, where known) is in the criteria
+               False (ServesUncovered)          the provider serves something no criterion covers: the message
+                                                names it and the criterion to add (criticalsvc/discover/coverage.py)
     ReplayPermitted   (spec.replayDeletion: WhenTearingDown only)
                True  (Permitted)                the gate may delete what it would replay
                False (Forbidden)                it may not: the message names the missing grant
@@ -92,6 +97,7 @@ from .api import (
     ReplayDeletion,
 )
 from .decision import recreated_provider_orphan
+from .discover.coverage import Served, describe, uncovered
 from .errors import UNVERIFIED, StateUnavailable
 from .objects import KubeObject
 from .restmapper import ResourceType
@@ -131,7 +137,8 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
                    replay_forbidden: Sequence[GroupResource] | None = None,
                    routing: Routing | None = None, refused_confirmation: str | None = None,
                    lookup: Callable[[GroupResource], ResourceType | None] | None = None,
-                   label_errors: Mapping[ObjectRef, str] | None = None) -> dict[str, Any]:
+                   label_errors: Mapping[ObjectRef, str] | None = None,
+                   served: Sequence[Served] | None = None) -> dict[str, Any]:
     """The `.status` the gate would write for `cs` now; a part the state cannot answer is Unknown, never a guess.
 
     `replay_forbidden`: the types the gate may not delete for its replays ([] all permitted, None
@@ -140,7 +147,9 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     the gate does not manage routes); None: routing is not judged (a status of the criteria alone).
     `refused_confirmation`: why the fresh read confirming the provider's last DELETE failed, when it did
     (criticalsvc/live.py, LiveReader.refused). `lookup`: the REST mapper's (which routes a CriticalService needs
-    depends on its provider type's scope); `label_errors`: the labeller's failed writes (criticalsvc/labeller.py)."""
+    depends on its provider type's scope); `label_errors`: the labeller's failed writes (criticalsvc/labeller.py).
+    `served`: what the provider serves (criticalsvc/discover/coverage.py), None when not known (then no Covered
+    condition)."""
     stamp = format_rfc3339(now)
     prev_conditions = (previous or {}).get("conditions") or []
     # Each part is computed on its own, so a type the gate cannot read (403, not synced) leaves the others
@@ -224,6 +233,9 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         if stuck is not None:
             conditions.append(_condition("Stuck", stuck.stuck, stuck.reason.value, stuck.message, now=stamp,
                                          generation=generation, previous=prev_conditions))
+    if served is not None:
+        conditions.append(coverage_condition(cs, served, state, now=stamp, generation=generation,
+                                             previous=prev_conditions))
     if cs.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN:
         conditions.append(_replay_condition(replay_forbidden, now=stamp, generation=generation,
                                             previous=prev_conditions))
@@ -265,6 +277,26 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         if recreated is not None:
             conditions.append(recreated)
     return status
+
+
+def coverage_condition(cs: CriticalService, served: Sequence[Served], state: ClusterState, **kw: Any) -> dict[str, Any]:
+    """Covered: does `cs` cover everything its provider serves (criticalsvc/discover/coverage.py)?"""
+    def resolve(gr: GroupResource) -> GroupResource | None:
+        try:
+            return state.resolve(gr)
+        except StateUnavailable:
+            return None  # compared as spelt
+
+    missing = uncovered(cs, served, resolve)
+    if not missing:
+        return _condition("Covered", True, "CoversServed", f"the criteria cover all {len(served)} thing(s) "
+                          f"{cs.provider} is seen serving", **kw)
+    first = missing[0]
+    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+    return _condition("Covered", False, "ServesUncovered",
+                      f"{cs.provider} also serves {describe(first.criterion)}{more}, which no criterion covers: "
+                      f"add the criterion `{first.criterion}` (`criticalsvc discover` proposes it); evidence: "
+                      f"{first.evidence}"[:1024], **kw)
 
 
 def _previous_uid(cs: CriticalService, provider: KubeObject | None,

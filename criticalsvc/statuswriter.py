@@ -86,6 +86,9 @@ class StatusWriter:
         # The Labeller (criticalsvc/labeller.py) with the router: its failed label writes make Ready say
         # EnforcingByRoute (protected where criticalsvc-providers is held) rather than Enforcing everywhere.
         self.labeller: Any = None
+        # The CoverageWatch (criticalsvc/discover/read.py) when serve --check-coverage-every is set: what each provider
+        # serves, for the Covered condition.
+        self.coverage: Any = None
         self.source = source
         self.identity = identity
         self.namespace = namespace
@@ -138,7 +141,8 @@ class StatusWriter:
                                     routing=self.router.facts if self.router is not None else UNMANAGED,
                                     refused_confirmation=self._refused(cs, state), **self._replay_facts(cs, state),
                                     lookup=getattr(getattr(self.router, "mapper", None), "lookup", None),
-                                    label_errors=self.labeller.errors if self.labeller is not None else None)
+                                    label_errors=self.labeller.errors if self.labeller is not None else None,
+                                    served=self.coverage.served(cs) if self.coverage is not None else None)
             if (cs.name, cs.uid) in self._written and same_status(self._written[cs.name, cs.uid], status):
                 continue
             try:
@@ -171,7 +175,8 @@ class StatusWriter:
             replay = [(cs.name, cs.uid, repr(self._replay_facts(cs, state))) for cs in services]
         refused = getattr(self.reader, "refused_changes", None)
         labels = tuple(sorted((str(k), v) for k, v in self.labeller.errors.items())) if self.labeller else None
-        return (changes, routing, refused, labels, [(cs.name, cs.uid) for cs in services], replay)
+        coverage = getattr(self.coverage, "changes", None)
+        return (changes, routing, refused, labels, [(cs.name, cs.uid) for cs in services], replay, coverage)
 
     def _refused(self, cs: Any, state: ClusterState) -> str | None:
         """Why the last confirmation of a DELETE of cs's (named) provider failed, if it did lately."""

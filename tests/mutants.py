@@ -148,6 +148,14 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if reflector is None or gr in self.successors or not reflector.watching:\n",
            "        if reflector is None or not reflector.watching:\n",
            (f"{CAUGHT_UP}::test_a_cache_listing_beside_its_watch_falls_back_to_the_fresh_reads",)),
+    # discover: an account that may update every type is no evidence of which controller processes a finalizer.
+    Mutant("discover-superuser-as-evidence", "criticalsvc/discover/propose.py",
+           "(superusers if probe is not None and probe.allowed else allowed).append((w, answer))",
+           "allowed.append((w, answer))", ("tests/test_discover.py",)),
+    # Covered must name what the criteria miss, not call everything covered.
+    Mutant("coverage-all-covered", "criticalsvc/discover/coverage.py",
+           "return [s for s in served if not any(covers(c, s.criterion, resolve) for c in cs.criteria)]",
+           "return []", ("tests/test_coverage.py",)),
 )
 
 

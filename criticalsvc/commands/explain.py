@@ -7,7 +7,10 @@ import json
 import sys
 from typing import Any
 
+import attrs
+
 from ..api import NAMESPACES, ObjectRef
+from ..discover.diagnose import Diagnosis, diagnose
 from ..errors import InvalidInput
 from ..explain import explain, render_text
 from ._source import add_source_arguments, default_namespace, load_source
@@ -53,9 +56,35 @@ def run(args: argparse.Namespace) -> int:
         intents = tuple(read_deletion_intents(namespace=args.gate_namespace, kubeconfig=args.kubeconfig,
                                               context=args.context) or ())
     result = explain(target, state, obj=obj, intents=intents)
+    stored = state.get(target)
+    deleting = (stored is not None and stored.terminating) or \
+        bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
+    if deleting:
+        result = attrs.evolve(result, diagnosis=_diagnose(args, target))
     if args.output == "json":
         json.dump(result.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_text(result))
     return 0 if result.decision.allowed else 1
+
+
+def _diagnose(args: argparse.Namespace, target: ObjectRef) -> Diagnosis | None:
+    """Why `target`, terminating, does not go: read what the diagnosis needs (snapshot or live) and trace it."""
+    from ..discover.inventory import from_objects
+    from ..discover.propose import access_questions
+    from ..discover.rbac import review
+
+    if args.state:
+        from ..manifests import load_path
+
+        inv = from_objects(m.obj for m in load_path(args.state))
+        answers = {q: review(q, inv) for q in access_questions(inv, gate_namespace=args.gate_namespace)}
+    else:
+        from ..discover.read import read_cluster
+
+        where = target.name if target.group_resource == NAMESPACES else target.namespace or None
+        read, answers = read_cluster(kubeconfig=args.kubeconfig, context=args.context, namespace=where,
+                                     questions_for=lambda i: access_questions(i, gate_namespace=args.gate_namespace))
+        inv = read.inventory
+    return diagnose(target, inv, answers, gate_namespace=args.gate_namespace)

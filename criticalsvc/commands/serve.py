@@ -114,6 +114,10 @@ def register(sub: Any) -> None:
                    help="a type kube-apiserver stores in another etcd (its --etcd-servers-overrides, same format: "
                         "/pods, apps/deployments): the confirmation on the caught-up cache reads its own fresh version "
                         "(repeatable; see design/kubernetes-semantics.md §13)")
+    p.add_argument("--check-coverage-every", type=float, default=0.0, metavar="SECONDS",
+                   help="every this many seconds the leader reads which webhook configurations, CRD conversions and "
+                        "APIServices each provider serves, and condition Covered says when a CriticalService's "
+                        "criteria miss one (needs api/examples/rbac/coverage-reader.yaml; default 0: off)")
     p.add_argument("--webhook-configuration", default="criticalsvc", metavar="NAME",
                    help="the shipped ValidatingWebhookConfiguration: only read, to copy its clientConfig into and "
                         "own criticalsvc-providers (default: %(default)s)")
@@ -321,6 +325,12 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
                                         post_event=writer.post_event, on_change=writer.poke)
                     writer.labeller = labeller
                     tasks.append(asyncio.create_task(labeller.run(lambda: writer.leading), name="labeller"))
+                if args.check_coverage_every > 0:
+                    from ..discover.read import CoverageWatch
+
+                    writer.coverage = CoverageWatch(transport, every=args.check_coverage_every,
+                                                    gate_namespace=args.lease_namespace)
+                    tasks.append(asyncio.create_task(writer.coverage.run(lambda: writer.leading), name="coverage"))
                 tasks += [asyncio.create_task(writer.run_elected(), name="status-writer"),
                           asyncio.create_task(writer.run_events(), name="event-writer"),
                           asyncio.create_task(replayer.run(lambda: writer.leading), name="replayer"),
