@@ -53,7 +53,8 @@ configuration `criticalsvc` routes CriticalServices and labelled objects, and th
    1b), dry-run DELETEs (dryRun=All: nothing is deleted, nothing written) of two Deployments in `bench`: one
    selected by `bench-guard`, whose criterion is met (the gate allows it after its confirmation), one
    selected by `bench-hold`, whose criterion is not (ConfigMap bench/holder exists: refused from the caches).
-   --objects of each per round, sent by C clients; modes `gate`, `floor` (the no-op allowing) and
+   --objects of each per round (the allowed ones, then the refused ones), sent by C clients; modes `gate`,
+   `floor` (the no-op allowing) and
    `floor-deny` (a second no-op started with -deny, answering 403) alternate per round in a rotating order,
    so the allowed cell is gate against floor and the refused cell gate against floor-deny, measured in the
    same run. Every answer's status is checked against the mode. Reported per cell: p50/p99 of each, gate/floor
@@ -867,7 +868,6 @@ def measure_decisions(cluster: Any, modes: Modes, *, services: int, concurrency:
     in a rotating order. The allowed cell is gate against floor, the refused one gate against floor-deny."""
     base = f"/apis/apps/v1/namespaces/{BENCH_NAMESPACE}/deployments"
     allowed, refused = f"{base}/decisions-allowed", f"{base}/decisions-refused"
-    paths = [allowed, refused] * requests
     expected = {"gate": {allowed: 200, refused: 403}, "floor": {allowed: 200, refused: 200},
                 "floor-deny": {allowed: 403, refused: 403}}
     cells = []
@@ -880,9 +880,11 @@ def measure_decisions(cluster: Any, modes: Modes, *, services: int, concurrency:
                 for mode in DECISION_MODES[r % 3:] + DECISION_MODES[:r % 3]:
                     modes.set(mode)
                     load.append(_load_average())
-                    for path, seconds, status in deleters.dry_runs(paths):
-                        assert status == expected[mode][path], f"{mode}: DELETE {path}: {status}"
-                        samples[mode][path].append(seconds)
+                    # One kind after the other: the gate's refusals must not wait behind its confirmations.
+                    for path in (allowed, refused):
+                        for _path, seconds, status in deleters.dry_runs([path] * requests):
+                            assert status == expected[mode][path], f"{mode}: DELETE {path}: {status}"
+                            samples[mode][path].append(seconds)
         finally:
             deleters.close()
         modes.set("gate")

@@ -428,7 +428,7 @@ class LiveReader:
             return Confirmation(decision, confirmed=False)
         return await self.decide(request)
 
-    def _on_caught_up_cache(self, request: AdmissionRequest) -> bool:
+    def _on_caught_up_cache(self, foreseen: set[Question]) -> bool:
         """Whether to confirm on the caught-up cache: some fresh read the decision needs would bring catch_up_above
         objects or more (as the cache counts them). Below that the fresh reads are quicker: a type nobody changed
         lags the caught-up cache's version at almost every request and costs a bookmark, 1-2.25 s
@@ -439,7 +439,7 @@ class LiveReader:
         cache = self.caught_up.cache
         if self.catch_up_above == 0:
             return True
-        for q in predict_questions(request, cache.state, mapper=self.mapper):
+        for q in foreseen:
             match q:
                 case ("services",):
                     size = cache.count(CRITICAL_SERVICES)
@@ -459,7 +459,10 @@ class LiveReader:
     async def decide(self, request: AdmissionRequest) -> Confirmation:
         """`decide(request, <fresh reads>)`; a read that fails or times out makes it a denial."""
         began = time.monotonic()
-        if self.caught_up is not None and self._on_caught_up_cache(request):
+        # What the cache foresees chooses the confirmation and is read first; one run of `decide` on the cache.
+        source = self.predict_from or (self.caught_up.cache.state if self.caught_up is not None else None)
+        foreseen = predict_questions(request, source, mapper=self.mapper) if source is not None else set()
+        if self.caught_up is not None and self._on_caught_up_cache(foreseen):
             try:
                 caught = await self.caught_up.decide(request, deadline=began + self.catch_up_timeout)
             except (CatchUpFailed, TimeoutError, APIError) as exc:
@@ -470,10 +473,8 @@ class LiveReader:
                     self.on_caught_up(caught, time.monotonic() - began)
                 return Confirmation(caught.decision, confirmed=True, rounds=caught.rounds, caught_up=caught)
         memo: dict[Question, Any] = {}
-        if self.predict_from is not None:
-            foreseen = predict_questions(request, self.predict_from, mapper=self.mapper)
-            if foreseen:
-                await self._fetch(foreseen, memo, began)
+        if self.predict_from is not None and foreseen:
+            await self._fetch(foreseen, memo, began)
         for round_ in range(1, self.max_rounds + 1):
             live = LiveState(memo, mapper=self.mapper)
             decision = decide(request, live)
