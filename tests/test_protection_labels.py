@@ -18,9 +18,6 @@ What a user notices:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -29,6 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubefakes import FakeAPI, eventually
 from test_routing import CONFIGMAPS, DEPLOYMENTS, NAMESPACES_GR, api_server_sends, shipped
+from test_webhookrouter import leading
 
 from criticalsvc import labeller as labeller_module
 from criticalsvc import protectionlabels
@@ -321,17 +319,6 @@ class Source:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@contextlib.asynccontextmanager
-async def leading(labeller: Labeller) -> AsyncIterator[None]:
-    task = asyncio.create_task(labeller.run(lambda: True))
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 @pytest.mark.anyio

@@ -127,7 +127,8 @@ def fast_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @contextlib.asynccontextmanager
-async def leading(router: WebhookRouter) -> AsyncIterator[None]:
+async def leading(router: Any) -> AsyncIterator[None]:
+    """`router` (or any leader-only loop with `run(leading)`: the labeller too) running as the leader."""
     task = asyncio.create_task(router.run(lambda: True))
     try:
         yield
