@@ -1,7 +1,7 @@
 """`python -m tests.realcluster build|up`: the real control plane for people (`nox -s realcluster -- ...`).
 
-    build [--kubernetes 1.37|1.34]          build the binaries, helm and Flux's kustomize-controller into the
-                                            cache (once per version)
+    build [--kubernetes 1.37|1.34]          build the binaries, helm, Flux's kustomize-controller and Argo CD
+                                            into the cache (once per version)
     up [--kubeconfig-out PATH] [--kubernetes 1.37|1.34] [--replicas N] [--dir DIR]
                                             start etcd, kube-apiserver, kube-controller-manager,
                                             kube-scheduler, kwok and its fake Node (pods run) and the
@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--dir", type=Path, help="keep the run's files (logs, etcd, certificates) here")
     args = parser.parse_args(argv)
     complete = build.cached(args.kubernetes) is not None and (args.command == "up" or (
-        build.cached_helm() is not None and build.cached_flux() is not None))
+        build.cached_helm() is not None and build.cached_flux() is not None
+        and build.cached_argocd() is not None))
     reason = None if complete else build.missing_toolchain()
     if reason is not None:
         print(f"realcluster: {reason}", file=sys.stderr)
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         build.ensure_helm()
         build.ensure_flux()
+        build.ensure_argocd()
         print(binaries.kube_apiserver.parent)
         return 0
     return _up(binaries, args)
