@@ -46,7 +46,11 @@ writer that recomputes every few seconds does not churn it.
                                                 while a criterion is unmet): the message says why and what to set
                False (SameProvider)             Orphan is set, but the provider there is the one protected
                False (ProviderGone)             Orphan is set and no provider is there (nothing to orphan)
-    Stuck      (a named provider and some Finalizer criterion; criticalsvc/stuck.py)
+    Stuck      (a named provider and some Finalizer criterion, or a known deleter; criticalsvc/stuck.py)
+               True  (DeleterNeverDeletes)      a criterion waits for an object that the tool last refused
+                                                deleting the provider (Argo CD, Helm) never deletes, and
+                                                nobody is deleting it: the message names it, the evidence, and
+                                                the way out (delete it by hand, or let the CRD stay)
                True  (FinalizerControllerDown)  a Finalizer criterion is unmet and the provider, which removes
                                                 the finalizer, is not running: terminating, scaled to 0, or no
                                                 replica available; the message gives the way out (scale up, or
@@ -84,11 +88,12 @@ from .api import (
     ReplayDeletion,
 )
 from .decision import recreated_provider_orphan
+from .deleters import Deleter
 from .errors import UNVERIFIED, StateUnavailable
 from .objects import KubeObject
 from .routing import PROVIDERS_CONFIGURATION, Route, Routing, not_routed
 from .state import ClusterState, provider_objects
-from .stuck import finalizer_controller
+from .stuck import finalizer_controller, left_behind
 from .timestamps import format_rfc3339
 
 if TYPE_CHECKING:  # status reports replay's intents; the rules never import how they are reported (.importlinter)
@@ -119,7 +124,8 @@ def _condition(type_: str, status: bool | None, reason: str, message: str, *, no
 def compute_status(cs: CriticalService, state: ClusterState, *, now: float, generation: int = 1,
                    previous: Mapping[str, Any] | None = None, intents: Sequence[DeletionIntent] = (),
                    replay_forbidden: Sequence[GroupResource] | None = None,
-                   routing: Routing | None = None, refused_confirmation: str | None = None) -> dict[str, Any]:
+                   routing: Routing | None = None, refused_confirmation: str | None = None,
+                   deleter: Deleter | None = None) -> dict[str, Any]:
     """The `.status` the gate would write for `cs` now; a part the state cannot answer is Unknown, never a guess.
 
     `replay_forbidden`: the types the gate may not delete for its replays ([] all permitted, None
@@ -127,7 +133,9 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     provider-routes writer (criticalsvc/webhookrouter.py) last saw (routing.Routing(managed=False) when
     the gate does not manage routes); None: routing is not judged (a status of the criteria alone).
     `refused_confirmation`: why the fresh read confirming the provider's last DELETE failed, when it did
-    (criticalsvc/live.py, LiveReader.refused)."""
+    (criticalsvc/live.py, LiveReader.refused). `deleter`: who was last refused deleting the provider or its
+    namespace, as far as the request showed (criticalsvc/deleters.py): Stuck says when it never deletes what a
+    criterion waits for."""
     stamp = format_rfc3339(now)
     prev_conditions = (previous or {}).get("conditions") or []
     # Each part is computed on its own, so a type the gate cannot read (403, not synced) leaves the others
@@ -205,6 +213,9 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         conditions.append(_narrow_condition(cs, routing, now=stamp, generation=generation, previous=prev_conditions))
     if provider_known and not unverifiable and not type_error:
         stuck = finalizer_controller(cs, provider, [v for _, v in unmet], state)
+        left = left_behind(cs, [v for _, v in unmet], state, deleter)
+        if left is not None and (stuck is None or not stuck.stuck):
+            stuck = left
         if stuck is not None:
             conditions.append(_condition("Stuck", stuck.stuck, stuck.reason.value, stuck.message, now=stamp,
                                          generation=generation, previous=prev_conditions))
