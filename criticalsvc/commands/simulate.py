@@ -53,6 +53,11 @@ CLIENT_WORDS = {
                      "collector, each refusal retried with backoff 5 ms → 1000 s",
     "flux": ("Flux's kustomize-controller deleting a Kustomization: every object of its inventory each pass, in "
              "reverse apply order; the whole pass again after a refusal (750 ms doubling)"),
+    "argocd": ("Argo CD deleting an Application (resources-finalizer.argocd.argoproj.io): the highest sync wave of "
+               "its objects at once (Foreground), never a CRD, nothing while any of them terminates; again on each "
+               "change of them"),
+    "argocd-background": ("Argo CD deleting an Application (resources-finalizer.argocd.argoproj.io/background): as "
+                          "argocd, Background"),
     "ideal": "the ideal deleter: each object the moment the gate allows it (the shortest possible teardown)",
 }
 
