@@ -57,6 +57,8 @@ from tests.realcluster.teardown import Observer, RepeatingDeleter, Story, wait_f
 pytestmark = pytest.mark.realcluster
 
 TIMEOUT = 150
+# Syncing several Applications at once from Git (repo-server clones, manifests, the apply) on a busy 2-core machine.
+SYNC_TIMEOUT = 300
 CRITICAL_SERVICES = examples.CRITICAL_SERVICES
 
 JSON = dict[str, Any]
@@ -173,7 +175,7 @@ def delivered_by_argocd(realcluster: RealCluster, argo: ArgoCD, cases: list[Case
                                                       **case.extra}, "the stack")
                     case.app.create()
                 wait_for(lambda: argo.check_alive() or all(c.app.synced(c.revision) for c in cases),
-                         timeout=TIMEOUT, interval=0.5,
+                         timeout=SYNC_TIMEOUT, interval=0.5,
                          what=f"every Application Synced: {[(c.app.name, c.app.get()) for c in cases]}")
                 services = [c.stack.story.critical_service for c in cases]
                 wait_for(lambda: all(examples.enforcing(realcluster.admin, s) for s in services), timeout=TIMEOUT,
@@ -271,10 +273,14 @@ def test_deleting_applications_tears_their_stacks_down_in_order(realcluster: Rea
             assert realcluster.admin.exists(case.stack.story.paths()[case.stack.crd_key])
             deleting = [s for s in watch.snapshots if s.deleting]
             assert deleting and all(case.app.finalizer in s.finalizers for s in deleting), watch.snapshots
-            if case.stack.criteria == "finalizer" and "waves" not in case.title:
-                # Refused while the CRs were there: what the user sees says why, in the gate's words.
-                assert any("may not be deleted yet: CriticalService" in m and "still carr" in m for m in errors), \
-                    errors
+            if "waves" not in case.title:
+                # Refused while the CRs were there: what the user sees says why, in the gate's words (the pass's
+                # first error: its DELETEs go out at once, and whichever refusal returns first is the condition).
+                # With replay on, a DELETE Argo CD sends just after the gate replayed it may find it gone: a NotFound
+                # DeletionError, which the next pass clears.
+                assert any('webhook "' in m and "may not be deleted yet" in m for m in errors), errors
+                assert all("may not be deleted yet" in m or ("not found" in m and "replay on" in case.title)
+                           for m in errors), errors
         waves = next(c for c in cases if "waves" in c.title)
         assert waves.observer is not None
         # Wave 1 (the CRs and their namespace) is gone before anything of wave 0 is even marked.
@@ -357,47 +363,49 @@ def test_the_reference_story_is_reported_stuck_and_the_way_out_finishes_it(
 
 
 def test_a_commit_removing_the_stack_is_pruned_in_order(realcluster: RealCluster, argo: ArgoCD) -> None:
-    """Two Applications, each with the reference story and a ConfigMap (replay off; on); a commit keeps only the
-    ConfigMap: the sync's prune (CRDs included) is refused while the gate holds the operator, the operation
-    fails with the gate's message and is retried until the story is gone in the safe order; then Synced at the
-    new commit with the ConfigMap."""
+    """Two Applications, each with a stack whose CriticalService lets the CRD stay (Finalizer, and Resources on
+    the CR type) and a ConfigMap (replay off; on); a commit keeps only the ConfigMap: the sync's prune is refused
+    while the gate holds the operator, the operation fails with the gate's message and `syncPolicy.retry`
+    retries it until the stack is gone in the safe order; then Synced at the new commit with the ConfigMap.
+    (With the reference story's criteria, the prune was seen never to delete the CRD while the rest of its
+    pass was refused, so the operator waited for ever: design/replay.md, "What an Argo CD user sees".)"""
     run = uuid.uuid4().hex[:4]
-    cases = [Case.make(realcluster, argo, "reference criteria, replay off", f"ap-off-{run}", replay=False,
-                       criteria="reference"),
-             Case.make(realcluster, argo, "reference criteria, replay on", f"ap-on-{run}", replay=True,
-                       criteria="reference")]
+    cases = [Case.make(realcluster, argo, "Finalizer and Resources, replay off", f"ap-off-{run}", replay=False,
+                       criteria="instances"),
+             Case.make(realcluster, argo, "Finalizer and Resources, replay on", f"ap-on-{run}", replay=True,
+                       criteria="instances")]
     for case in cases:
         case.extra = {"kept.yaml": yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
             "name": f"kept-{case.app.name}", "namespace": "default"}, "data": {"kept": "yes"}})}
     with delivered_by_argocd(realcluster, argo, cases):
         refused = _refusals(realcluster)
         for case in cases:
-            case.start_watching(realcluster, case.stack.story.paths())
+            case.start_watching(realcluster, case.stack.paths())
         started = time.monotonic()
         for case in cases:
             case.revision = case.repo.commit({"stack.yaml": None}, "the stack goes")
             case.app.refresh()
-        wait_for(lambda: argo.check_alive() or not any(_left_all(realcluster, case) for case in cases),
+        wait_for(lambda: argo.check_alive() or not any(case.left(realcluster) for case in cases),
                  timeout=TIMEOUT, interval=0.5,
-                 what=f"the stories pruned: left {[_left_all(realcluster, c) for c in cases]}")
+                 what=f"the stacks pruned: left {[c.left(realcluster) for c in cases]}")
         took = time.monotonic() - started
-        wait_for(lambda: all(c.observer is not None and set(c.stack.story.paths()) <= set(c.observer.first_gone)
+        wait_for(lambda: all(c.observer is not None and set(c.stack.paths()) <= set(c.observer.first_gone)
                              for c in cases), timeout=30, what="the observers' last round")
         wait_for(lambda: all(c.app.synced(c.revision) for c in cases), timeout=TIMEOUT, interval=0.5,
                  what=f"Synced at the new commit: {[c.app.get() for c in cases]}")
         for case in cases:
             case.stop_watching()
         refused = _refusals(realcluster) - refused
-        print(f"Argo CD, 2 stories pruned at once: gone in {took:.1f} s; the gate refused {refused:.0f} DELETEs")
+        print(f"Argo CD, 2 stacks pruned at once: gone in {took:.1f} s; the gate refused {refused:.0f} DELETEs")
         assert refused > 0
         for case in cases:
             observer, watch = case.observer, case.watch
             assert observer is not None and watch is not None
-            failed = [s for s in watch.snapshots if s.phase in ("Failed", "Error", "Running")
-                      and "may not be deleted yet" in s.operation_message]
+            failed = [s for s in watch.snapshots if "may not be deleted yet" in s.operation_message]
+            crd = realcluster.admin.exists(case.stack.story.paths()[case.stack.crd_key])
             print(f"  {case.title}: order {observer.order()}; {len(failed)} refused sync states, the first "
-                  f"{failed[:1]}")
-            assert observer.order_violations(case.stack.story.dependents()) == [], observer.order()
+                  f"{failed[:1]}; CRD {'left' if crd else 'pruned'}")
+            assert observer.order_violations(case.stack.dependents()) == [], observer.order()
             assert failed, watch.snapshots
             assert realcluster.admin.exists(f"/api/v1/namespaces/default/configmaps/kept-{case.app.name}")
         for case in cases:
@@ -405,7 +413,3 @@ def test_a_commit_removing_the_stack_is_pruned_in_order(realcluster: RealCluster
         configmaps = [f"/api/v1/namespaces/default/configmaps/kept-{c.app.name}" for c in cases]
         wait_for(lambda: not any(realcluster.admin.exists(p) for p in [*configmaps, *(c.app.url for c in cases)]),
                  timeout=60, what="the kept ConfigMaps deleted with their Applications")
-
-
-def _left_all(realcluster: RealCluster, case: Case) -> list[str]:
-    return [k for k, p in case.stack.story.paths().items() if realcluster.admin.exists(p)]

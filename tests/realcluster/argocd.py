@@ -314,8 +314,9 @@ class Application:
         return self.admin.get(self.url)
 
     def refresh(self) -> None:
-        """Ask the controller to compare with Git now (what `argocd app get --refresh` sets)."""
-        _ok(self.admin.merge_patch(self.url, {"metadata": {"annotations": {"argocd.argoproj.io/refresh": "normal"}}}))
+        """Ask the controller to compare with Git now, the branch resolved again (what `argocd app get
+        --hard-refresh` sets: a normal refresh may reuse the repo-server's cached revision of the branch)."""
+        _ok(self.admin.merge_patch(self.url, {"metadata": {"annotations": {"argocd.argoproj.io/refresh": "hard"}}}))
 
     def synced(self, revision: str) -> bool:
         """Synced and Healthy-or-Progressing at `revision`, the last operation Succeeded there."""
