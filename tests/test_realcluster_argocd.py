@@ -15,8 +15,8 @@ What Argo CD does, read at the tag it is built from:
   https://github.com/argoproj/argo-cd/blob/v3.2.3/controller/sort_delete.go#L24-L40
 - It never deletes a CRD on an Application's deletion (shouldBeDeleted: `!kube.IsCRD(obj) && ...`):
   https://github.com/argoproj/argo-cd/blob/v3.2.3/controller/appcontroller.go#L1165-L1170
-- A sync with prune deletes what left the source (CRDs included), waves in reverse; a refused prune fails the
-  sync operation, which `syncPolicy.retry` retries with backoff.
+- A sync with prune deletes what left the source, waves in reverse; a refused prune fails the sync operation,
+  which `syncPolicy.retry` retries with backoff. Measured here, it left the CRD in place too.
 
 What an Argo CD user sees, checked here: each stack goes in the safe order (the Observer), with replay off
 and on, with sync waves; while the gate refuses, the Application stays (its finalizer) with a DeletionError
