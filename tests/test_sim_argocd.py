@@ -119,3 +119,42 @@ def test_delete_false_is_never_deleted() -> None:
     cluster.run()
     assert client.gone_at is not None
     assert "kept" not in {name for _t, _r, name, _o in _deletes(cluster)}
+
+
+# The gate's decisions on the real application controller's DELETEs (Argo CD v3.2.3) deleting an Application
+# holding the reference story with the Finalizer criterion alone, Foreground, replay off, in the gate's log order
+# (tests/test_realcluster_argocd.py, the "Finalizer only, Foreground, replay off" case; seconds after the first
+# DELETE): pass 1 refused the operator, its namespace and the CriticalService (sent at once: their order varies);
+# once the CRs were gone the operator and its namespace went, the CriticalService was refused (twice: a pass from
+# the controller's not yet updated cache) and went after the operator. The Application was gone 11.3-11.7 s after
+# its DELETE in three runs.
+REAL_DECISIONS = [
+    (0.00, {("deployments", "denied"), ("namespaces", "denied"), ("criticalservices", "denied")}),
+    (5.25, {("criticalservices", "denied"), ("namespaces", "allowed"), ("deployments", "allowed")}),
+    (10.65, {("criticalservices", "allowed")}),
+]
+REAL_APPLICATION_GONE = (11.3, 11.7)
+MARGIN = 1.5  # seconds: the real passes come on the controller's cache events, the simulated ones REACTION after
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_simulated_teardown_decides_as_the_real_controllers_passes_were_decided(seed: int) -> None:
+    cluster = Cluster(seed=seed)
+    cluster.load(load_text(_story(criteria="finalizer"), "story.yaml"))
+    client = _argocd(cluster)
+    cluster.run()
+    ops = {"deployments", "namespaces", "criticalservices"}
+    decided = [(e.time, e.ref.group_resource.resource, "denied" if e.outcome == "denied" else "allowed")
+               for e in cluster.timeline if e.actor.startswith("argocd/") and e.verb == "DELETE" and e.ref is not None
+               and e.ref.group_resource.resource in ops and e.ref.name != "cool-apps"]
+    first = decided[0][0]
+    passes: list[tuple[float, set[tuple[str, str]]]] = []
+    for t, resource, outcome in decided:
+        if not passes or t - first - passes[-1][0] > 0.5:
+            passes.append((t - first, set()))
+        passes[-1][1].add((resource, outcome))
+    assert [p for _t, p in passes] == [p for _t, p in REAL_DECISIONS]
+    for (t, _), (real, _) in zip(passes, REAL_DECISIONS, strict=True):
+        assert abs(t - real) <= MARGIN, passes
+    assert client.gone_at is not None
+    assert min(REAL_APPLICATION_GONE) - MARGIN <= client.gone_at <= max(REAL_APPLICATION_GONE) + MARGIN
