@@ -55,7 +55,7 @@ from typing import Any
 
 import attrs
 
-from . import criteria, nsorder, protectionlabels, updates
+from . import criteria, deleters, nsorder, protectionlabels, updates
 from .api import (
     BREAK_GLASS_ANNOTATION,
     CRD_NAME,
@@ -236,11 +236,12 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
     blocks: list[Block] = []
     protected = False
     orphaned: str | None = None
+    deleter = deleters.of_request(request.username, metadata)
     if gr == NAMESPACES:
         # Deleting the namespace cannot take down a provider that is not there.
         hosted = [cs for cs in sorted(state.hosted_in(name), key=lambda c: c.name) if _provider_here(cs, name, state)]
         protected = protected or bool(hosted)
-        blocks += _namespace_blocks(name, hosted, state)
+        blocks += _namespace_blocks(name, hosted, state, deleter)
     if gr == CRITICAL_SERVICES:
         protected = True
         service_blocks, orphaned = _service_blocks(request, name, state)
@@ -268,7 +269,7 @@ def _decide_delete(request: AdmissionRequest, state: ClusterState) -> Decision:
     for cs in sorted(state.protecting(ref, labels), key=lambda c: c.name):
         protected = True
         blocks += _criteria_blocks(cs, state, "protects it" if isinstance(cs.provider, ObjectRef) else
-                                   f"selects it by its labels ({cs.provider}) and protects it")
+                                   f"selects it by its labels ({cs.provider}) and protects it", deleter)
     if orphaned is not None and not blocks:
         # Nothing else has a say (a CriticalService may itself be another's provider): the intent decides.
         return allow(Rule.RECREATED_PROVIDER_ORPHANED, warnings=[orphaned], protected=True,
@@ -312,12 +313,17 @@ def _could_be_gated(gr: GroupResource, namespace: str, state: ClusterState) -> b
     return any(not namespace or cs.provider.namespace in (namespace, None) for cs in _providers_of_type(gr, state))
 
 
-def _criteria_blocks(cs: CriticalService, state: ClusterState, why: str) -> list[Block]:
+def _criteria_blocks(cs: CriticalService, state: ClusterState, why: str,
+                     deleter: deleters.Deleter | None = None) -> list[Block]:
     unmet = [v for v in (criteria.evaluate(c, state) for c in cs.criteria) if not v.satisfied]
     if not unmet:
         return []
     described = tuple(v.describe() for v in unmet)
-    return [Block(f"CriticalService {cs.name} {why} until: {'; '.join(described)}", cs.name, cs.enforcement,
+    # A hint, never a rule: when the deleter will never delete what a criterion waits for, the wait cannot end
+    # on its own, and the refusal its user sees (Argo CD's DeletionError, Helm's error) says so and how out.
+    left = deleters.left_behind(deleter, unmet, state, cs.name)
+    hint = f". {left.message} [{left.deleter}: {left.deleter.evidence}]" if left is not None else ""
+    return [Block(f"CriticalService {cs.name} {why} until: {'; '.join(described)}{hint}", cs.name, cs.enforcement,
                   described, _replays(cs))]
 
 
@@ -325,13 +331,14 @@ def _replays(cs: CriticalService) -> bool:
     return cs.replay_deletion == ReplayDeletion.WHEN_TEARING_DOWN
 
 
-def _namespace_blocks(namespace: str, hosted: Sequence[CriticalService], state: ClusterState) -> list[Block]:
+def _namespace_blocks(namespace: str, hosted: Sequence[CriticalService], state: ClusterState,
+                      deleter: deleters.Deleter | None = None) -> list[Block]:
     """Why the namespace may not go: the unmet CriticalServices hosted there that are not confined to it,
     and the confined ones only if the namespace controller's order would wedge (criticalsvc/nsorder.py)."""
     blocks: list[Block] = []
     confined_unmet: list[CriticalService] = []
     for cs in hosted:
-        found = _criteria_blocks(cs, state, _provider_here(cs, namespace, state))
+        found = _criteria_blocks(cs, state, _provider_here(cs, namespace, state), deleter)
         if found and nsorder.confined(cs):
             confined_unmet.append(cs)  # its provider's own DELETE keeps it until the namespace empties
         else:

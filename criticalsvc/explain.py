@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from . import criteria, nsorder
+from . import criteria, deleters, nsorder
 from .admission import AdmissionRequest
 from .api import (
     CRD_NAME,
@@ -32,7 +32,7 @@ from .decision import Decision, decide
 from .discover.diagnose import Diagnosis, render_lines
 from .replay import DeletionIntent
 from .state import ClusterState, provider_objects
-from .stuck import Stuck, finalizer_controller
+from .stuck import Stuck, finalizer_controller, left_behind
 from .timestamps import format_rfc3339
 
 
@@ -124,11 +124,17 @@ def explain(target: ObjectRef, state: ClusterState, *, obj: Mapping[str, Any] | 
         old_object=obj, username="criticalsvc-explain")
     decision = decide(request, state)
     reports: list[ServiceReport] = []
+    # Who would delete it, from the object's own annotations (Argo CD's tracking, Helm's release): its teardown
+    # is stuck when a criterion waits for something that tool never deletes (criticalsvc/deleters.py).
+    deleter = deleters.of_request("", _mapping(obj.get("metadata")))
 
     def add(cs: CriticalService, role: str) -> None:
         verdicts = tuple(criteria.evaluate(c, state) for c in cs.criteria)
         provider = state.get(cs.provider) if isinstance(cs.provider, ObjectRef) else None
-        stuck = finalizer_controller(cs, provider, [v for v in verdicts if not v.satisfied], state)
+        unmet = [v for v in verdicts if not v.satisfied]
+        stuck = finalizer_controller(cs, provider, unmet, state)
+        if stuck is None or not stuck.stuck:
+            stuck = left_behind(cs, unmet, state, deleter) or stuck
         excluded = tuple(criteria.excluded_objects(c, state) for c in cs.criteria)
         reports.append(ServiceReport(cs, role, verdicts, excluded, stuck))
 

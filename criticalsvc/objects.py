@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from .api import GroupResource, ObjectRef
+from .api import CRDS, GroupResource, ObjectRef
 from .condition import Condition, Outcome, evaluate_condition
 from .errors import MalformedManifest
 
@@ -229,6 +229,28 @@ class Workload(KubeObject):
     available_replicas: int | None = None
 
 
+# The annotations a CRD's projection keeps: which tool manages it, and whether that tool will ever delete it
+# (criticalsvc/deleters.py reads them; Argo CD's tracking and sync options, Helm's release and resource policy).
+CRD_KEPT_ANNOTATIONS = ("argocd.argoproj.io/tracking-id", "argocd.argoproj.io/sync-options",
+                        "meta.helm.sh/release-name", "meta.helm.sh/release-namespace", "helm.sh/resource-policy")
+
+
+@attrs.frozen(eq=True, hash=False)
+class CustomResourceDefinition(KubeObject):
+    """A CRD, with the few annotations (CRD_KEPT_ANNOTATIONS) that say which tool manages it: whether the tool
+    tearing a stack down will ever delete it (criticalsvc/deleters.py). A subclass, as Workload: a cluster has
+    tens of CRDs, and no other object pays for the field."""
+
+    annotations: tuple[tuple[str, str], ...] = ()
+
+
+def _kept_annotations(metadata: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    annotations = metadata.get("annotations")
+    if not isinstance(annotations, Mapping):
+        return ()
+    return tuple((key, annotations[key]) for key in CRD_KEPT_ANNOTATIONS if isinstance(annotations.get(key), str))
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -273,6 +295,9 @@ def project(obj: Mapping[str, Any], group_resource: GroupResource,
     if group_resource in WORKLOADS:
         kind = Workload
         extra["replicas"], extra["available_replicas"] = _availability(obj)
+    elif group_resource == CRDS:
+        kind = CustomResourceDefinition
+        extra["annotations"] = _kept_annotations(metadata)
     return kind(
         group_resource=group_resource,
         namespace=namespace,

@@ -52,7 +52,11 @@ writer that recomputes every few seconds does not churn it.
                                                 while a criterion is unmet): the message says why and what to set
                False (SameProvider)             Orphan is set, but the provider there is the one protected
                False (ProviderGone)             Orphan is set and no provider is there (nothing to orphan)
-    Stuck      (a named provider and some Finalizer criterion; criticalsvc/stuck.py)
+    Stuck      (a named provider and some Finalizer criterion, or a known deleter; criticalsvc/stuck.py)
+               True  (DeleterNeverDeletes)      a criterion waits for an object that the tool last refused
+                                                deleting the provider (Argo CD, Helm) never deletes, and
+                                                nobody is deleting it: the message names it, the evidence, and
+                                                the way out (delete it by hand, or let the CRD stay)
                True  (FinalizerControllerDown)  a Finalizer criterion is unmet and the provider, which removes
                                                 the finalizer, is not running: terminating, scaled to 0, or no
                                                 replica available; the message gives the way out (scale up, or
@@ -97,13 +101,14 @@ from .api import (
     ReplayDeletion,
 )
 from .decision import recreated_provider_orphan
+from .deleters import Deleter
 from .discover.coverage import Served, describe, uncovered
 from .errors import UNVERIFIED, StateUnavailable
 from .objects import KubeObject
 from .restmapper import ResourceType
 from .routing import LABELS_WEBHOOK, PROVIDERS_CONFIGURATION, Route, Routing, needed_routes, not_routed
 from .state import ClusterState, provider_objects
-from .stuck import finalizer_controller
+from .stuck import finalizer_controller, left_behind
 from .timestamps import format_rfc3339
 
 if TYPE_CHECKING:  # status reports replay's intents; the rules never import how they are reported (.importlinter)
@@ -138,7 +143,8 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
                    routing: Routing | None = None, refused_confirmation: str | None = None,
                    lookup: Callable[[GroupResource], ResourceType | None] | None = None,
                    label_errors: Mapping[ObjectRef, str] | None = None,
-                   served: Sequence[Served] | None = None) -> dict[str, Any]:
+                   served: Sequence[Served] | None = None,
+                   deleter: Deleter | None = None) -> dict[str, Any]:
     """The `.status` the gate would write for `cs` now; a part the state cannot answer is Unknown, never a guess.
 
     `replay_forbidden`: the types the gate may not delete for its replays ([] all permitted, None
@@ -149,7 +155,8 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
     (criticalsvc/live.py, LiveReader.refused). `lookup`: the REST mapper's (which routes a CriticalService needs
     depends on its provider type's scope); `label_errors`: the labeller's failed writes (criticalsvc/labeller.py).
     `served`: what the provider serves (criticalsvc/discover/coverage.py), None when not known (then no Covered
-    condition)."""
+    condition). `deleter`: who was last refused deleting the provider or its namespace, as far as the request
+    showed (criticalsvc/deleters.py): Stuck says when it never deletes what a criterion waits for."""
     stamp = format_rfc3339(now)
     prev_conditions = (previous or {}).get("conditions") or []
     # Each part is computed on its own, so a type the gate cannot read (403, not synced) leaves the others
@@ -230,6 +237,9 @@ def compute_status(cs: CriticalService, state: ClusterState, *, now: float, gene
         conditions.append(_narrow_condition(cs, routing, now=stamp, generation=generation, previous=prev_conditions))
     if provider_known and not unverifiable and not type_error:
         stuck = finalizer_controller(cs, provider, [v for _, v in unmet], state)
+        left = left_behind(cs, [v for _, v in unmet], state, deleter)
+        if left is not None and (stuck is None or not stuck.stuck):
+            stuck = left
         if stuck is not None:
             conditions.append(_condition("Stuck", stuck.stuck, stuck.reason.value, stuck.message, now=stamp,
                                          generation=generation, previous=prev_conditions))

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -26,6 +26,7 @@ import structlog
 from .admission import AdmissionRequest
 from .api import API_VERSION, GROUP, KIND, PLURAL, VERSION, ObjectRef
 from .decision import Decision, Rule
+from .deleters import Deleter, of_request
 from .errors import StateUnavailable
 from .events import EventRecorder, object_event
 from .routing import Routing
@@ -102,6 +103,10 @@ class StatusWriter:
         # object with no status; it must get its own, not inherit (or be skipped as equal to) the old one's.
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1000)
+        # Who was last refused, per CriticalService (name, uid), as far as the request showed
+        # (criticalsvc/deleters.py): Stuck says when that deleter never deletes what a criterion waits for.
+        # What this replica saw: the leader writes the status, any replica may have answered the DELETE.
+        self._deleters: dict[tuple[str, str], Deleter] = {}
         self._wake = asyncio.Event()
         self.full_pass_every = full_pass_every
         self.skipped = 0  # passes skipped as unchanged
@@ -127,6 +132,8 @@ class StatusWriter:
         self._last_pass = time.monotonic()
         for gone in self._written.keys() - {(cs.name, cs.uid) for cs in services}:
             del self._written[gone]
+        for gone in self._deleters.keys() - {(cs.name, cs.uid) for cs in services}:
+            del self._deleters[gone]
         sliced = time.perf_counter()
         for cs in services:
             if time.perf_counter() - sliced > self.loop_slice:
@@ -142,7 +149,8 @@ class StatusWriter:
                                     refused_confirmation=self._refused(cs, state), **self._replay_facts(cs, state),
                                     lookup=getattr(getattr(self.router, "mapper", None), "lookup", None),
                                     label_errors=self.labeller.errors if self.labeller is not None else None,
-                                    served=self.coverage.served(cs) if self.coverage is not None else None)
+                                    served=self.coverage.served(cs) if self.coverage is not None else None,
+                                    deleter=self._deleters.get((cs.name, cs.uid)))
             if (cs.name, cs.uid) in self._written and same_status(self._written[cs.name, cs.uid], status):
                 continue
             try:
@@ -286,7 +294,15 @@ class StatusWriter:
             return
         state = self.source.state
         uids = {cs.name: cs.uid for cs in state.critical_services()}
+        old = request.old_object if isinstance(request.old_object, Mapping) else {}
+        deleter = of_request(request.username, old.get("metadata") if isinstance(old.get("metadata"), Mapping)
+                             else None)
         for service in decision.blocking:
+            if request.operation == "DELETE":  # the last refused deleter counts; one without evidence clears it
+                if deleter is None:
+                    self._deleters.pop((service, uids.get(service, "")), None)
+                else:
+                    self._deleters[service, uids.get(service, "")] = deleter
             event = self.recorder.denial(service=service, service_uid=uids.get(service, ""), target=request.ref,
                                          message=decision.message, now=self.clock(), user=request.username,
                                          operation=request.operation)

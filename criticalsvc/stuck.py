@@ -13,6 +13,11 @@ For any other provider type, or a workload the gate holds only metadata of, the 
 (never a guess of "stuck"). The way out is in the message: scale the provider back up, or remove the
 finalizer by hand (a JSON patch that tests the finalizer's index before removing it, so it cannot remove
 another one if the list changed meanwhile).
+
+A teardown is stuck too when a criterion waits for an object its deleter will never delete: a CRD under an
+Argo CD Application's deletion, or one from a chart's crds/ under `helm uninstall` (criticalsvc/deleters.py,
+from the evidence of the deleter's last refused request). `left_behind` says so, with the way out: delete
+the CRD by hand, or let it stay with a criterion on its instances instead.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from . import deleters
 from .api import NAMESPACES, CriticalService, FinalizerCriterion, ObjectRef
 from .criteria import Verdict
 from .errors import StateUnavailable
@@ -36,6 +42,7 @@ class StuckReason(enum.StrEnum):
     NO_FINALIZER_PENDING = "NoFinalizerPending"  # False
     CANNOT_TELL = "AvailabilityUnknown"  # False: the gate cannot see whether the controller runs
     PROVIDER_ABSENT = "ProviderAbsent"  # False: not created yet (creation order is free) or gone
+    DELETER_NEVER_DELETES = "DeleterNeverDeletes"  # True: a criterion waits for what its deleter never deletes
 
 
 @attrs.frozen
@@ -71,6 +78,19 @@ def finalizer_controller(cs: CriticalService, provider: KubeObject | None, unmet
     return Stuck(True, StuckReason.FINALIZER_CONTROLLER_DOWN,
                  f"{first.describe()}, waiting for finalizer {finalizer}, but {cs.provider} {why}, so nothing "
                  f"removes it and the teardown cannot finish. Way out: {_way_out(cs.provider, provider, first, state)}")
+
+
+def left_behind(cs: CriticalService, unmet: Sequence[Verdict], state: ClusterState,
+                deleter: deleters.Deleter | None) -> Stuck | None:
+    """Stuck (DeleterNeverDeletes) when one of `unmet` waits for an object that `deleter` (who was last refused
+    deleting `cs`'s provider or its namespace) never deletes and nobody is deleting; None otherwise."""
+    left = deleters.left_behind(deleter, unmet, state, cs.name)
+    if left is None:
+        return None
+    return Stuck(True, StuckReason.DELETER_NEVER_DELETES,
+                 f"{left.target} still exists and nobody is deleting it; the teardown of {cs.provider} by "
+                 f"{left.deleter} ({left.deleter.evidence}) waits for it and cannot finish on its own. {left.why}. "
+                 f"Way out: {left.way_out}")
 
 
 def _down(provider: KubeObject) -> str | None:

@@ -44,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
         namespace = default_namespace(args)  # as kubectl: the context's namespace, else "default"
     target = ObjectRef(gr, namespace if namespaced and gr != NAMESPACES else "", name)
     obj = None
-    if not args.state and t is not None and state.get(target) is None:
-        # A type no CriticalService names is not in the snapshot, but its labels still count.
+    if not args.state and t is not None:
+        # The object as the API server would send it as oldObject: a type no CriticalService names is not in the
+        # snapshot, but its labels still count; and the annotations of one that is say which tool would delete it
+        # (criticalsvc/deleters.py: a teardown stuck on what that tool never deletes).
         from ..livesnapshot import read_object
 
         obj = read_object(t, namespace=target.namespace, name=name, kubeconfig=args.kubeconfig, context=args.context)

@@ -55,6 +55,11 @@ CLIENT_WORDS = {
              "reverse apply order; the whole pass again after a refusal (750 ms doubling)"),
     "helm": ("helm uninstall: one pass in Helm's uninstall order by kind, each kind at once, no retry (with "
              "--helm-crds-dir the CRDs came from the chart's crds/ and are never deleted)"),
+    "argocd": ("Argo CD deleting an Application (resources-finalizer.argocd.argoproj.io): the highest sync wave of "
+               "its objects at once (Foreground), never a CRD, nothing while any of them terminates; again on each "
+               "change of them"),
+    "argocd-background": ("Argo CD deleting an Application (resources-finalizer.argocd.argoproj.io/background): as "
+                          "argocd, Background"),
     "ideal": "the ideal deleter: each object the moment the gate allows it (the shortest possible teardown)",
 }
 

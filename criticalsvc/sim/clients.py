@@ -28,6 +28,10 @@
                         in Helm's uninstall order by kind, each kind's objects at once and the next kind after
                         them, every object tried; a refused pass fails the command and nothing retries (the
                         gate's replay may finish it); CRDs from the chart's crds/ are never deleted
+    ArgoCDApplication   Argo CD's application controller (v3.2.3) finalizing a deleted Application: the highest
+                        sync wave of what it deletes (never a CRD) at once, Foreground (`argocd`) or Background
+                        (`argocd-background`), nothing while any of its objects terminates; a pass on each
+                        change of its objects and at the resync (180 s)
     IdealDelete         the yardstick, not a real deleter: after every change it deletes each object whose
                         DELETE the gate would allow now (it asks with a dry run first, so it is never
                         refused), and nothing else - each phase starts the moment the previous one
@@ -42,16 +46,18 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-from ..api import NAMESPACES, GroupResource, ObjectRef
+from ..api import CRDS, NAMESPACES, GroupResource, ObjectRef
 from ..backoff import Backoff
 from .controllers.base import delete_outcome, describe_error
 from .engine import Engine
-from .store import StatusError, Store
+from .store import StatusError, Store, WatchEvent
 from .timeline import GONE, NOT_FOUND, Timeline
 
-CLIENTS = ("manifestwork", "kubectl", "namespace", "gc-background", "gc-foreground", "flux", "helm", "ideal")
+CLIENTS = ("manifestwork", "kubectl", "namespace", "gc-background", "gc-foreground", "flux", "helm", "argocd",
+           "argocd-background", "ideal")
 FLUX_DELETION_POLICIES = ("MirrorPrune", "WaitForTermination")
 
 # ssa's ReconcileOrder: the kinds Flux applies first (in this order) and last; every other kind sits between
@@ -468,6 +474,120 @@ class HelmUninstall(Client):
         kept = "; the CRDs in the chart's crds/ are never deleted" if self.crds_dir else ""
         return ("helm uninstall makes one pass in Helm's uninstall order by kind and does not retry a refused "
                 f"DELETE{kept}")
+class ArgoCDApplication(Client):
+    """Argo CD v3.2.3's application controller finalizing a deleted Application whose managed objects are the
+    bundle (finalizeApplicationDeletion,
+    https://github.com/argoproj/argo-cd/blob/v3.2.3/controller/appcontroller.go#L1191-L1283):
+
+    - a pass lists the Application's live objects; while any of them has a deletionTimestamp (a CRD too) it
+      sends nothing;
+    - otherwise it takes what it would delete: never a CRD (shouldBeDeleted, `!kube.IsCRD(obj)`), nor an
+      object annotated `argocd.argoproj.io/sync-options: Delete=false` or `helm.sh/resource-policy: keep`;
+      keeps the highest sync wave of those (FilterObjectsForDeletion, controller/sort_delete.go) and sends
+      their DELETEs at once (gitops-engine kube.RunAllAsync, goroutines: no order), propagation Foreground,
+      or Background with the `/background` finalizer;
+    - a refused DELETE fails the pass (the Application's DeletionError); once nothing it would delete is left,
+      the finalizer goes (`gone_at`): the Application is gone, its CRDs stay.
+
+    A pass comes when the controller processes the Application again: on a change of one of its objects (its
+    cluster cache's watch requeues it, appcontroller.go handleObjectUpdated; modelled as REACTION after any
+    change of the bundle's objects), and at the resync, every RESYNC seconds (`--app-resync`, default 180).
+    The Application itself is not in the store (the gate never sees it); its finalizer's removal is on the
+    timeline under `application`.
+    """
+
+    REACTION = 0.1  # an object's change, through the controller's cluster cache and app queue, to the next pass
+    SPREAD = 0.01  # DELETEs sent "at once" reach the API server a few milliseconds apart
+    RESYNC = 180.0  # --app-resync's default (ARGOCD_RECONCILIATION_TIMEOUT)
+    FINALIZER = "resources-finalizer.argocd.argoproj.io"
+    WAVE_ANNOTATION = "argocd.argoproj.io/sync-wave"
+    retrying = True
+
+    def __init__(self, refs: Iterable[ObjectRef], *, store: Store, engine: Engine, timeline: Timeline,
+                 rng: random.Random, bundle: str = "", propagation: str = "Foreground") -> None:
+        name = (bundle or "bundle").replace("/", "-")
+        super().__init__(refs, store=store, engine=engine, timeline=timeline, rng=rng, actor=f"argocd/{name}",
+                         user="system:serviceaccount:argocd:argocd-application-controller")
+        self.propagation = propagation
+        self.application = ObjectRef(GroupResource("argoproj.io", "applications"), "argocd", name)
+        self.passes: list[float] = []  # when each pass sent DELETEs (timeline seconds)
+        self.gone_at: float | None = None
+        self._scheduled = False
+        self._unsubscribe: Callable[[], None] | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.gone_at is not None
+
+    def start(self, delay: float = 0.0) -> None:
+        watched = set(self.refs)
+        self._unsubscribe = self.store.subscribe(
+            lambda event: self._soon() if self.store_ref(event) in watched else None)
+        self.engine.schedule(delay + self.REACTION, self._pass)
+
+    def store_ref(self, event: WatchEvent) -> ObjectRef:
+        metadata = event.object.get("metadata") or {}
+        namespace = "" if event.group_resource == NAMESPACES else str(metadata.get("namespace") or "")
+        return ObjectRef(event.group_resource, namespace, str(metadata.get("name") or ""))
+
+    def _soon(self) -> None:
+        if not self._scheduled and self.gone_at is None:
+            self._scheduled = True
+            self.engine.schedule(self.REACTION, self._pass)
+
+    def _pass(self, *, resync: bool = False) -> None:
+        self._scheduled = False
+        if self.gone_at is not None:
+            return
+        live = [(ref, obj) for ref in self.refs
+                if (obj := self.store.get(ref.group_resource, ref.namespace, ref.name)) is not None]
+        if any(obj["metadata"].get("deletionTimestamp") for _ref, obj in live):
+            return self._resync(resync)
+        doomed = [(ref, obj) for ref, obj in live if self.deletes(ref, obj)]
+        if not doomed:
+            self.gone_at = self.timeline.now()
+            self.timeline.record(self.actor, "PATCH", self.application, GONE, f"finalizer {self.FINALIZER} removed")
+            if self._unsubscribe is not None:
+                self._unsubscribe()
+            return None
+        top = max(_wave(obj) for _ref, obj in doomed)
+        wave = [ref for ref, obj in doomed if _wave(obj) == top]
+        self.rng.shuffle(wave)
+        self.passes.append(self.timeline.now())
+        for ref in wave:
+            self.engine.schedule(self.rng.uniform(0.0, self.SPREAD), functools.partial(self._send, ref))
+        return self._resync(resync)
+
+    def _send(self, ref: ObjectRef) -> None:
+        self._delete(ref, self.propagation)
+
+    def _resync(self, resync: bool) -> None:
+        if resync or len(self.passes) <= 1:  # one resync timer for the Application, from its first pass on
+            self.engine.schedule(self.RESYNC, functools.partial(self._pass, resync=True))
+
+    @staticmethod
+    def deletes(ref: ObjectRef, obj: Mapping[str, Any]) -> bool:
+        """Whether the Application's deletion deletes `obj` (shouldBeDeleted)."""
+        annotations = obj.get("metadata", {}).get("annotations") or {}
+        options = str(annotations.get("argocd.argoproj.io/sync-options", ""))
+        return (ref.group_resource != CRDS and "Delete=false" not in options.replace(" ", "").split(",")
+                and annotations.get("helm.sh/resource-policy") != "keep")
+
+    def describe(self) -> str:
+        return (f"Argo CD's application controller ({self.actor}) deletes the Application's objects but its CRDs, "
+                f"the highest sync wave at a time, all at once ({self.propagation}), and sends nothing while any "
+                f"of them terminates; a pass comes on each change of them (and every {self.RESYNC:.0f} s); the "
+                f"Application goes once nothing it deletes is left ({len(self.passes)} "
+                f"pass{'es' if len(self.passes) != 1 else ''} that sent DELETEs)")
+
+
+def _wave(obj: Mapping[str, Any]) -> int:
+    """An object's sync wave (argocd.argoproj.io/sync-wave; 0 when absent or not an integer, as syncwaves.Wave)."""
+    try:
+        return int(str((obj.get("metadata", {}).get("annotations") or {}).get(ArgoCDApplication.WAVE_ANNOTATION,
+                                                                               "0")))
+    except ValueError:
+        return 0
 
 
 class NamespaceDelete(_RetryingClient):
@@ -624,11 +744,14 @@ def make_client(kind: str, refs: Sequence[ObjectRef], *, store: Store, engine: E
     if kind == "helm":
         return HelmUninstall(refs, bundle=bundle, crds_dir=helm_crds_dir, store=store, engine=engine,
                              timeline=timeline, rng=rng)
+    if kind in ("argocd", "argocd-background"):
+        return ArgoCDApplication(refs, bundle=bundle, store=store, engine=engine, timeline=timeline, rng=rng,
+                                 propagation="Background" if kind == "argocd-background" else "Foreground")
     if kind == "ideal":
         return IdealDelete(refs, store=store, engine=engine, timeline=timeline, rng=rng)
     raise ValueError(f"unknown client {kind!r}; expected one of {', '.join(CLIENTS)}")
 
 
-__all__ = ["CLIENTS", "FLUX_DELETION_POLICIES", "Client", "FluxKustomization", "HelmUninstall", "IdealDelete",
-           "KubectlDelete", "ManifestWorkAgent", "NamespaceDelete", "OwnerDelete", "flux_delete_order",
+__all__ = ["CLIENTS", "FLUX_DELETION_POLICIES", "ArgoCDApplication", "Client", "FluxKustomization", "HelmUninstall",
+           "IdealDelete", "KubectlDelete", "ManifestWorkAgent", "NamespaceDelete", "OwnerDelete", "flux_delete_order",
            "helm_uninstall_order", "make_client"]

@@ -1,7 +1,9 @@
 """`python -m tests.realcluster build|up`: the real control plane for people (`nox -s realcluster -- ...`).
 
-    build [--kubernetes 1.37|1.34]          build the binaries, helm and Flux's kustomize-controller into the
-                                            cache (once per version)
+    build [--kubernetes 1.37|1.34] [--argocd]
+                                            build the binaries, helm and Flux's kustomize-controller (and with
+                                            --argocd Argo CD, for `nox -s realcluster-slow`) into the cache
+                                            (once per version)
     up [--kubeconfig-out PATH] [--kubernetes 1.37|1.34] [--replicas N] [--apiservers N] [--dir DIR]
                                             start etcd, kube-apiserver (N of them behind a loopback
                                             balancer, as kubeadm HA runs them), kube-controller-manager,
@@ -41,11 +43,15 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--apiservers", type=int, default=1,
                            help="kube-apiservers over the one etcd, behind a balancer (default: %(default)s)")
             p.add_argument("--dir", type=Path, help="keep the run's files (logs, etcd, certificates) here")
+        else:
+            p.add_argument("--argocd", action="store_true",
+                           help="Argo CD too (its tests run in `nox -s realcluster-slow`; ~17 min cold)")
     args = parser.parse_args(argv)
     if args.command == "up" and args.apiservers < 1:
         parser.error(f"--apiservers {args.apiservers}: at least 1")
     complete = build.cached(args.kubernetes) is not None and (args.command == "up" or (
-        build.cached_helm() is not None and build.cached_flux() is not None))
+        build.cached_helm() is not None and build.cached_flux() is not None
+        and (not args.argocd or build.cached_argocd() is not None)))
     reason = None if complete else build.missing_toolchain()
     if reason is not None:
         print(f"realcluster: {reason}", file=sys.stderr)
@@ -54,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         build.ensure_helm()
         build.ensure_flux()
+        if args.argocd:
+            build.ensure_argocd()
         print(binaries.kube_apiserver.parent)
         return 0
     return _up(binaries, args)

@@ -6,8 +6,9 @@ Each Kubernetes minor has a Go module beside this file (`k8s-1.37/`, `k8s-1.34/`
 `k8s.io/kubernetes` at one patch release and replaces every staging module by its matching tag; etcd
 has its own (`etcd-3.6/`), kwok has its own (`kwok-0.8/`, the fake Node's kubelet), and so has helm
 (`helm-3.22/`, for the chart tests, tests/test_helm.py), and so has Flux's kustomize-controller
-(`flux-1.9/`, for tests/test_realcluster_flux.py). `go build` turns them into kube-apiserver,
-kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm and kustomize-controller under
+(`flux-1.9/`, for tests/test_realcluster_flux.py), and so has Argo CD with miniredis (`argocd-3.2/`, for
+tests/test_realcluster_argocd.py). `go build` turns them into kube-apiserver, kube-controller-manager,
+kube-scheduler, kubectl, etcd, kwok, helm, kustomize-controller, argocd and miniredis under
 CACHE/<name>-<version>/,
 where CACHE is $CRITICALSVC_REALCLUSTER_CACHE or ~/.cache/criticalsvc/realcluster. The Kubernetes
 binaries carry the release's version stamps (`_kubernetes_version_flags`), and their directory's name
@@ -71,6 +72,12 @@ HELM_VERSION = "v3.22.0"
 # the source kinds it watches, are read from the Go module cache at run time (flux.py).
 FLUX_MODULE = "flux-1.9"
 FLUX_VERSION = "v1.9.6"
+# Argo CD: one multi-call binary (github.com/argoproj/argo-cd/v3/cmd, run as argocd-application-controller
+# or argocd-repo-server by ARGOCD_BINARY_NAME), and miniredis for its cache (argocd.py). v3.2.3 is the
+# newest release whose gitops-engine is a module of its own, so the proxy serves all it needs.
+ARGOCD_MODULE = "argocd-3.2"
+ARGOCD_VERSION = "v3.2.3"
+MINIREDIS_VERSION = "v2.35.0"
 # -s -w: no symbol tables or DWARF; the binaries are a third smaller and never debugged here.
 LINKER_FLAGS = ("-s", "-w")
 
@@ -189,6 +196,48 @@ def ensure_flux(*, log: Any = None) -> Path:
                    what=f"Flux kustomize-controller {FLUX_VERSION}", output="kustomize-controller")
     built = cached_flux()
     assert built is not None, f"the build of kustomize-controller left no binary at {flux_path()}"
+    return built
+
+
+@attrs.frozen
+class ArgoCD:
+    """Argo CD's multi-call binary and the Redis it caches in."""
+
+    argocd: Path
+    miniredis: Path
+
+
+def _argocd_layout() -> ArgoCD:
+    root = cache_root()
+    return ArgoCD(argocd=root / f"argocd-{ARGOCD_VERSION}" / "argocd",
+                  miniredis=root / f"miniredis-{MINIREDIS_VERSION}" / "miniredis")
+
+
+def cached_argocd() -> ArgoCD | None:
+    """Argo CD's binary and miniredis, if both are already built."""
+    found = _argocd_layout()
+    return found if all(p.is_file() and os.access(p, os.X_OK) for p in (found.argocd, found.miniredis)) else None
+
+
+def ensure_argocd(*, log: Any = None) -> ArgoCD:
+    """Argo CD and miniredis, building what is missing (Argo CD: 10+ minutes when the Go caches are cold,
+    its dependency graph is the largest here). Its version is stamped as its Makefile does
+    (https://github.com/argoproj/argo-cd/blob/v3.2.3/Makefile, `-X ${PACKAGE}.version`), so its logs name
+    the release rather than 99.99.99."""
+    found = cached_argocd()
+    if found is not None:
+        return found
+    layout = _argocd_layout()
+    with _building(log) as (_, say):
+        if not layout.argocd.is_file():
+            _build(HERE / ARGOCD_MODULE, ["github.com/argoproj/argo-cd/v3/cmd"], layout.argocd.parent, say=say,
+                   what=f"Argo CD {ARGOCD_VERSION}", output="argocd",
+                   ldflags=(f"-X github.com/argoproj/argo-cd/v3/common.version={ARGOCD_VERSION.lstrip('v')}",))
+        if not layout.miniredis.is_file():
+            _build(HERE / ARGOCD_MODULE, ["./miniredis"], layout.miniredis.parent, say=say,
+                   what=f"miniredis {MINIREDIS_VERSION}", output="miniredis")
+    built = cached_argocd()
+    assert built is not None, f"the build of Argo CD left binaries missing in {cache_root()}"
     return built
 
 
