@@ -41,6 +41,7 @@ MIN_PAUSE = 0.02  # between two rounds: a burst of events is one round, not one 
 SWEEP = 30.0  # how often stale labels are looked for when no CriticalService changed
 IDLE = 10.0  # a round at least this often, events or not (a failed write is retried then)
 RESEND = 5.0  # a label PATCHed is not PATCHed again before the cache had this long to show it
+RETRY_FAILED = 60.0  # ... and a refused one (403: a grant to add) not before this long
 MAX_IN_FLIGHT = 8
 LOOP_SLICE = 0.01  # at most this long on the event loop before yielding to the reviews
 REQUEST_TIMEOUT = 5.0
@@ -137,6 +138,8 @@ class Labeller:
             async with gate:
                 self._sent[item] = self.clock()
                 await self._write(*item)
+                if item[0] in self.errors:  # refused (a missing grant, another webhook): not again for a while
+                    self._sent[item] = self.clock() + RETRY_FAILED - RESEND
 
         await asyncio.gather(*(one(w) for w in work))
         self.on_change()  # status recomputes Ready now, not at its next interval

@@ -33,7 +33,7 @@ to say whether a CriticalService is enforced on every API server.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from .api import (
     CRDS,
@@ -48,6 +48,7 @@ from .api import (
     ObjectRef,
     ScaleToZero,
 )
+from .errors import StateUnavailable
 from .labels import LabelSelector, Requirement
 from .objects import KubeObject
 from .routing import EXEMPT
@@ -129,6 +130,18 @@ def carries(obj: KubeObject | None, labels: Iterable[str]) -> bool:
     return obj is not None and all(obj.labels.get(key) == LABEL_VALUE for key in labels)
 
 
+def carried_in(state: ClusterState) -> Callable[[ObjectRef, frozenset[str]], bool]:
+    """routing.Carried on `state`: whether the stored object carries the labels; False when its type cannot be read
+    now (a 403, a cache still syncing), so its route by name stays - one unreadable type must never narrow, nor stall,
+    what the others route."""
+    def carried(ref: ObjectRef, labels: frozenset[str]) -> bool:
+        try:
+            return carries(state.get(ref), labels)
+        except StateUnavailable:
+            return False
+    return carried
+
+
 def missing(cs: CriticalService, state: ClusterState) -> list[ObjectRef]:
     """The objects `cs` protects that do not carry their labels yet, in (type, namespace, name) order."""
     return sorted((ref for ref, labels in protected_objects(cs, state).items() if not carries(state.get(ref), labels)),
@@ -139,7 +152,10 @@ def to_add(want: Wanted, state: ClusterState) -> dict[ObjectRef, frozenset[str]]
     """The labels each wanted object lacks."""
     out: dict[ObjectRef, frozenset[str]] = {}
     for ref, labels in want.items():
-        obj = state.get(ref)
+        try:
+            obj = state.get(ref)
+        except StateUnavailable:
+            continue  # its type cannot be read now: labelled once it can, the others meanwhile
         if obj is None:
             continue
         lacking = frozenset(k for k in labels if obj.labels.get(k) != LABEL_VALUE)
@@ -153,7 +169,11 @@ def stale(want: Wanted, state: ClusterState, types: Iterable[GroupResource]) -> 
     out: dict[ObjectRef, frozenset[str]] = {}
     for gr in sorted(set(types), key=lambda g: (g.group, g.resource)):
         for key in GATE_LABELS:
-            for obj in state.select(gr, namespace=None, selector=LabelSelector((Requirement(key, "Exists"),))):
+            try:
+                found = state.select(gr, namespace=None, selector=LabelSelector((Requirement(key, "Exists"),)))
+            except StateUnavailable:
+                continue  # a type that cannot be read now keeps its labels until it can be
+            for obj in found:
                 if obj.deletion_timestamp or key in want.get(ref_of(obj), frozenset()):
                     continue
                 ref = ref_of(obj)

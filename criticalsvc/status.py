@@ -396,7 +396,7 @@ def _unenforced(cs: CriticalService, state: ClusterState, provider_type: GroupRe
     else:
         carried = None
         if routing.labelled:
-            carried = lambda ref, labels: protectionlabels.carries(state.get(ref), labels)  # noqa: E731
+            carried = protectionlabels.carried_in(state)
         needs = needed_routes(cs, resource_type, carried)
     if needs is None or not needs <= routing.live:
         return (False, *_unrouted(cs, routing, needs))

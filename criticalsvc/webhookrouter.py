@@ -87,7 +87,7 @@ class WebhookRouter:
         # that read holds the shipped webhooks too, whatever its lag (design/routing.md, "No window").
         carried: routing.Carried | None = None
         if self.facts.labelled:
-            carried = lambda ref, labels: protectionlabels.carries(state.get(ref), labels)  # noqa: E731
+            carried = protectionlabels.carried_in(state)
         return routing.desired(state.critical_services(), self.mapper.lookup, carried)
 
     async def run(self, leading: Callable[[], bool]) -> None:

@@ -40,6 +40,7 @@ from criticalsvc.api import (
     parse_critical_service,
 )
 from criticalsvc.cache.transport import APIStatusError
+from criticalsvc.errors import StateUnavailable
 from criticalsvc.decision import Rule, decide
 from criticalsvc.labeller import Labeller
 from criticalsvc.objects import KubeObject
@@ -348,6 +349,7 @@ async def test_the_labeller_patches_what_lacks_its_labels_and_removes_what_nothi
 async def test_a_label_the_gate_may_not_write_is_an_error_shown_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(labeller_module, "IDLE", 0.01)
     monkeypatch.setattr(labeller_module, "RESEND", 0.0)
+    monkeypatch.setattr(labeller_module, "RETRY_FAILED", 0.0)
     cs = service("a", DEPLOYMENTS)
     state = state_with(obj(DEPLOYMENTS, "team", "p"), ns("team", LABELLED), services=(cs,))
     api = FakeAPI()
@@ -359,3 +361,42 @@ async def test_a_label_the_gate_may_not_write_is_an_error_shown_once(monkeypatch
         await eventually(lambda: len(api.sent("PATCH", path)) >= 3, what="three tries")
     assert "cannot patch deployments.apps" in labeller.errors[ObjectRef(DEPLOYMENTS, "team", "p")]
     assert len(events) == 1 and events[0]["reason"] == "ProtectionLabelFailed"
+
+
+class _Unreadable(MemoryState):
+    """A state one type of which cannot be read now (a 403, a cache still syncing), as GuardedState answers."""
+
+    def __init__(self, unreadable: GroupResource, mapper: RESTMapper) -> None:
+        super().__init__(mapper)
+        self.unreadable = unreadable
+
+    def get(self, ref: ObjectRef) -> KubeObject | None:
+        if ref.group_resource == self.unreadable:
+            raise StateUnavailable(f"the gate may not list {self.unreadable}")
+        return super().get(ref)
+
+    def select(self, gr: GroupResource, **kw: Any) -> Any:
+        if gr == self.unreadable:
+            raise StateUnavailable(f"the gate may not list {gr}")
+        return super().select(gr, **kw)
+
+
+@pytest.mark.anyio
+async def test_a_type_the_gate_cannot_read_stalls_neither_labels_nor_routes_of_the_others() -> None:
+    """One CriticalService's provider type unreadable (seen on the real control plane: a widget type nobody granted):
+    the other provider is labelled, and the unreadable one keeps its route by name."""
+    mapper = RESTMapper()
+    mapper.add(GADGET)
+    state = _Unreadable(GADGETS, mapper)
+    blind, seen = service("blind", GADGETS), service("seen", DEPLOYMENTS, provider="q")
+    for o in (obj(DEPLOYMENTS, "team", "q"), ns("team", LABELLED)):
+        state.upsert(o)
+    for cs in (blind, seen):
+        state.upsert_critical_service(cs)
+    api = FakeAPI()
+    labeller = Labeller(api, Source(state), mapper)  # type: ignore[arg-type]
+    labeller._types.add(GADGETS)  # it labelled that type before it became unreadable
+    await labeller.round()
+    assert api.sent("PATCH", "/apis/apps/v1/namespaces/team/deployments/q")
+    routes = desired([blind, seen], mapper.lookup, protectionlabels.carried_in(state)).routes
+    assert Route("DELETE", GADGETS, "team", "p") in routes
