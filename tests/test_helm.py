@@ -37,7 +37,7 @@ RELEASE = "criticalsvc"
 # Added by the chart to every templated object's metadata.labels (never to selectors).
 HELM_LABELS = ("app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by",
                "helm.sh/chart")
-WEBHOOK_COUNT = 3
+WEBHOOK_COUNT = 5
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]

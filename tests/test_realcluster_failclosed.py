@@ -64,8 +64,9 @@ def test_a_stopped_gate_fails_gated_deletes_with_failed_calling_webhook(cluster:
     free = f"/apis/apps/v1/namespaces/{ns}/deployments/free"
 
     cluster.gate.stop()
-    for path, webhook in ((story.deployment_path, "providers"),
-                          (f"/api/v1/namespaces/{story.namespace}", "namespaces"),
+    # Labelled by the gate (Enforcing), the provider and its namespace are the shipped protected.gate's.
+    for path, webhook in ((story.deployment_path, "protected"),
+                          (f"/api/v1/namespaces/{story.namespace}", "protected"),
                           (f"{CRITICAL_SERVICES}/{story.critical_service}", "criticalservices")):
         answer = cluster.admin.delete(path)
         assert answer.status_code == 500, f"{path}: {answer.status_code} {answer.text}"
