@@ -40,8 +40,8 @@ from criticalsvc.api import (
     parse_critical_service,
 )
 from criticalsvc.cache.transport import APIStatusError
-from criticalsvc.errors import StateUnavailable
 from criticalsvc.decision import Rule, decide
+from criticalsvc.errors import StateUnavailable
 from criticalsvc.labeller import Labeller
 from criticalsvc.objects import KubeObject
 from criticalsvc.restmapper import ResourceType, RESTMapper
