@@ -40,6 +40,12 @@ def routed(cluster: Backend, group: str, resource: str) -> bool:
     return False
 
 
+def _ready_status(cluster: Backend, service: str) -> str:
+    cs = cluster.admin.get(f"{CRITICAL_SERVICES}/{service}") or {}
+    ready = [c for c in (cs.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    return str(ready[0].get("status")) if ready else ""
+
+
 def wait_for_route(cluster: Backend, group: str, resource: str) -> None:
     wait_for(lambda: routed(cluster, group, resource), timeout=ROUTE_TIMEOUT,
              what=f"{ROUTES} to route UPDATE of {resource} (API group {group or 'core'}) to the gate")
@@ -85,7 +91,11 @@ def test_an_object_lock_holds_updates_but_never_a_finalizer_removal(
     held = (f"configmaps {namespace}/settings may not be updated yet: CriticalService {service} holds updates of "
             f"it until: configmaps {namespace}/lock-settings still exists")
     try:
-        wait_for_route(cluster, "", "configmaps")
+        # Routed by the gate's label where it may write it (the stand-in: protected-updates.gate sends every UPDATE of
+        # an object labelled updates-held), else by name in criticalsvc-providers (the real control plane grants no
+        # patch on ConfigMaps): either way Ready is True once the API server is known to send them.
+        wait_for(lambda: _ready_status(cluster, service) == "True", timeout=ROUTE_TIMEOUT,
+                 what=f"{service} Ready=True (its held updates routed)")
         wait_for(lambda: denied_naming(cluster.kubectl("label", "configmap", "settings", "-n", namespace, "team=a",
                                                        "--dry-run=server"), held),
                  timeout=60, what="the gate to hold updates of the locked ConfigMap")
