@@ -516,11 +516,12 @@ def _decide_write(request: AdmissionRequest, state: ClusterState, manages_routes
                 return _intent_changed(cs, request.username)
             return allow(Rule.VALID_SPEC)  # metadata-only edits (labels, break-glass) are never blocked
     warnings = list(_spec_warnings(cs, state, manages_routes))
-    from .graph import NAMESPACE_STEP, check_no_cycle, namespace_deletion_cycle  # graph builds on criteria
+    from .graph import NAMESPACE_STEP, check_no_cycle, namespace_deletion_cycle, with_candidate  # builds on criteria
 
     try:
-        check_no_cycle(cs, state)
-        if (nscycle := namespace_deletion_cycle(cs, state)) is not None:
+        edges = with_candidate(cs, state)
+        check_no_cycle(cs, state, edges)
+        if (nscycle := namespace_deletion_cycle(cs, state, edges)) is not None:
             names = " -> ".join([*nscycle.cycle, nscycle.cycle[0]])
             # Only the steps through a namespace: the others are ordinary waits (the warning's 256 characters).
             through = "; ".join(s for s in nscycle.steps if NAMESPACE_STEP in s)
