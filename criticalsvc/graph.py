@@ -182,7 +182,7 @@ class ServiceEdges:
                 entry = (position, i, a, criterion)
                 self.naming[gr].append(entry)
                 if isinstance(criterion, SpecificResourceCriterion):
-                    self.named[gr, criterion.target.namespace, criterion.target.name].append(entry)
+                    self.named[gr, criterion.target.namespace or "", criterion.target.name].append(entry)
                 else:
                     self.unnamed[gr].append(entry)
         self._out: dict[str, dict[str, dict[str, str]]] = {}
@@ -197,18 +197,19 @@ class ServiceEdges:
         types = {obj.group_resource for obj, _word in members}
         lists: list[list[_Naming]] = []
         for gr in types:
-            if all(isinstance(obj, KubeObject) for obj, _word in members if obj.group_resource == gr):
+            objects = [obj for obj, _word in members if obj.group_resource == gr]
+            named = [obj for obj in objects if isinstance(obj, KubeObject)]
+            if len(named) == len(objects):
                 lists.append(self.unnamed.get(gr, []))
-                lists += [self.named.get((gr, obj.namespace, obj.name), []) for obj, _word in members
-                          if obj.group_resource == gr]
+                lists += [self.named.get((gr, obj.namespace or "", obj.name), []) for obj in named]
             else:
                 lists.append(self.naming.get(gr, []))
         met = list(heapq.merge(*lists, key=lambda x: (x[0], x[1])))  # each list is in that order already
         edges: dict[str, dict[str, str]] = {}
         for _position, i, a, criterion in met:
-            gr = self.state.resolve(criteria.named_resource(criterion))
+            named_type = self.state.resolve(criteria.named_resource(criterion))
             for obj, word in members:
-                if obj.group_resource != gr:
+                if obj.group_resource != named_type:
                     continue
                 if a.name in edges and "unverified" not in edges[a.name]:
                     break

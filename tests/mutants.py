@@ -95,10 +95,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("graph-no-namespace-step", "criticalsvc/graph.py",
            "        if not ns or nsorder.confined(b):\n", "        if True:\n",
            (f"{VERIFY}::test_the_namespace_content_cycle_is_admitted_with_a_warning_naming_the_namespace_step",)),
-    # The cycle check looks a named criterion up by its object's name (graph._Edges): forgetting it there loses the edge.
+    # The cycle check looks a named criterion up by its object's name (graph.ServiceEdges): not indexed, no edge.
     Mutant("graph-named-criterion-unindexed", "criticalsvc/graph.py",
-           "                    self.named[gr, criterion.target.namespace, criterion.target.name].append(entry)\n",
-           "                    pass\n", ("tests/test_graph.py",)),
+           'self.named[gr, criterion.target.namespace or "", criterion.target.name].append(entry)\n',
+           "pass\n", ("tests/test_graph.py",)),
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),
