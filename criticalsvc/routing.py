@@ -304,10 +304,11 @@ class Desired:
 
 
 def desired(services: Iterable[CriticalService], lookup: Callable[[GroupResource], ResourceType | None],
-            carried: Carried | None = None) -> Desired:
+            carried: Carried | None = None, *,
+            needed: Callable[[CriticalService, ResourceType], frozenset[Route]] | None = None) -> Desired:
     """The routes the owned configuration must hold. A provider whose type is not served gets none (no
     request for it can come); it is routed once discovery or a CRD makes the type known. `carried`: as for
-    needed_routes."""
+    needed_routes; `needed`: needed_routes with `carried` (a caller may remember what did not change)."""
     needs: dict[RouteKey, frozenset[Route]] = {}
     types: dict[GroupResource, ResourceType] = {}
     for cs in services:
@@ -315,7 +316,7 @@ def desired(services: Iterable[CriticalService], lookup: Callable[[GroupResource
         if t is None:
             continue
         types[t.group_resource] = t
-        needs[route_key(cs)] = needed_routes(cs, t, carried)
+        needs[route_key(cs)] = needed(cs, t) if needed is not None else needed_routes(cs, t, carried)
     return Desired(needs, types)
 
 

@@ -27,7 +27,7 @@ from typing import Protocol, TypeVar
 
 from sortedcontainers import SortedList
 
-from .api import CriticalService, GroupResource, ObjectRef, ProviderSelector
+from .api import CRITICAL_SERVICES, CriticalService, GroupResource, ObjectRef, ProviderSelector
 from .condition import Condition
 from .labels import LabelSelector
 from .objects import KubeObject
@@ -337,6 +337,7 @@ class MemoryState:
 
     def upsert_critical_service(self, cs: CriticalService) -> None:
         self.remove_critical_service(cs.name)
+        self._count_write(CRITICAL_SERVICES, "")
         self._services[cs.name] = cs
         p = cs.provider
         if isinstance(p, ProviderSelector):
@@ -354,6 +355,7 @@ class MemoryState:
         old = self._services.pop(name, None)
         if old is None:
             return None
+        self._count_write(CRITICAL_SERVICES, "")
         p = old.provider
         if isinstance(p, ProviderSelector):
             _discard(self._by_selector, (p.group_resource.group, p.namespace), name)

@@ -99,6 +99,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("graph-named-criterion-unindexed", "criticalsvc/graph.py",
            'self.named[gr, criterion.target.namespace or "", criterion.target.name].append(entry)\n',
            "pass\n", ("tests/test_graph.py",)),
+    # Issue 34: CREATE -> Enforcing follows the cache event; polling again makes it wait for the next POLL.
+    Mutant("router-polls-not-event-driven", "criticalsvc/webhookrouter.py",
+           "                    await wait_event(POLL)\n", "                    await self.sleep(POLL)\n", ROUTER_TESTS),
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),

@@ -352,3 +352,45 @@ async def test_a_probe_answered_from_an_older_configuration_makes_only_its_route
         assert router.facts.enforced(first) and not router.facts.enforced(second)
         api.lag, api._behind = 0, 0
         await eventually(lambda: router.facts.enforced(second), what="the second live once the digest is its own")
+
+
+class EventSource(Source):
+    """A cache that wakes its waiters on each change, as CacheManager.wait_event does."""
+
+    def __init__(self, *services: Any) -> None:
+        super().__init__(*services)
+        self._changed = asyncio.Event()
+        self.changes = 0
+        self.waits = 0  # how often a waiter waited for the next change
+
+    def add(self, cs: Any) -> None:
+        self.state.upsert_critical_service(cs)
+        self.changes += 1
+        self._changed.set()
+
+    async def wait_event(self, timeout: float) -> bool:
+        self.waits += 1
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
+                return True
+        return False
+
+
+@pytest.mark.anyio
+async def test_a_new_critical_service_is_routed_at_its_cache_event_not_at_the_next_poll(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CREATE -> Enforcing (issue 34): the router's round follows the cache event of a new CriticalService. With
+    the poll stretched to a minute, its route is written and live within seconds only because the event woke it."""
+    monkeypatch.setattr(webhookrouter, "POLL", 60.0)
+    api = RoutingAPI()
+    api.put(SHIPPED, shipped())
+    source = EventSource(unserved_service())
+    router = WebhookRouter(api, source, RESTMapper(), clock=Clock())
+    router.mapper.add(WIDGET)
+    async with leading(router):
+        await eventually(lambda: router.syncs >= 1 and source.waits >= 1, what="the first round, then a wait")
+        source.add(widget_service())
+        await eventually(lambda: WIDGET_DELETE in router.facts.live, timeout=10, what="the new route live")
+    assert routing.DELETE_WEBHOOK in routed(api)
