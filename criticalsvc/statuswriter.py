@@ -23,8 +23,9 @@ from typing import Any
 import attrs
 import structlog
 
+from . import criteria, protectionlabels, routing
 from .admission import AdmissionRequest
-from .api import API_VERSION, GROUP, KIND, PLURAL, VERSION, ObjectRef
+from .api import API_VERSION, CRDS, GROUP, KIND, NAMESPACES, PLURAL, VERSION, CriticalService, GroupResource, ObjectRef
 from .decision import Decision, Rule
 from .deleters import Deleter, of_request
 from .errors import StateUnavailable
@@ -56,6 +57,10 @@ FULL_PASS_EVERY = 60.0
 # A denial pokes the writer so that status shows it at once; in a teardown that is a pass after every denial,
 # back to back (14 % of a replica's CPU in the 50-stack teardown, py-spy). At most one pass a second then.
 MIN_PASS_INTERVAL = 1.0
+# What may turn a Ready (the routes or the labels changed, or a cache event while a Ready is pending) runs the
+# next pass after this pause instead (issue 34: CREATE -> Enforcing under a second).
+SOON_PAUSE = 0.05
+PENDING_REASONS = frozenset({"LabelPending", "RoutePending"})
 # The generated client sets no timeout of its own: one hung write would stop every later Event.
 EVENT_TIMEOUT = 5.0
 # A retried denial bumps its Event's count, in a teardown many times a second, and each write through the
@@ -63,6 +68,23 @@ EVENT_TIMEOUT = 5.0
 # 50-stack teardown, py-spy). Events are written in batches at most this often, each Event once per batch
 # with its latest count (client-go's own recorder also sends a series' count late, not each repeat).
 EVENT_BATCH_PAUSE = 1.0
+
+
+def _pending(status: Mapping[str, Any] | None) -> bool:
+    """Is this written status (None: none yet) waiting for a label to be stored or a route to be seen live?"""
+    for c in (status or {}).get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == "Ready":
+            return c.get("status") != "True" and c.get("reason") in PENDING_REASONS
+    return True
+
+
+def _readable(state: ClusterState, gr: GroupResource) -> str | None:
+    """Why `gr` cannot be read now (a 403, a cache not synced), or None."""
+    try:
+        state.get(ObjectRef(gr, "", ""))  # no object has an empty name: only whether the cache may be asked
+    except StateUnavailable as exc:
+        return str(exc)
+    return None
 
 
 class StatusWriter:
@@ -108,10 +130,15 @@ class StatusWriter:
         # What this replica saw: the leader writes the status, any replica may have answered the DELETE.
         self._deleters: dict[tuple[str, str], Deleter] = {}
         self._wake = asyncio.Event()
+        self._soon = asyncio.Event()
+        self._pending = False  # some CriticalService's written Ready is not True yet (or none is written)
         self.full_pass_every = full_pass_every
         self.skipped = 0  # passes skipped as unchanged
         self._last_inputs: Any = None
         self._last_pass = -math.inf  # time.monotonic() of the last pass that ran
+        self._last_full = -math.inf  # ... and of the last that computed every status
+        self._keys: dict[tuple[str, str], Any] = {}  # per CriticalService, what its status written was computed from
+        self._needs: dict[tuple[str, str], Any] = {}  # ... and the routes its Ready needs live, with their inputs
 
     # --- status (leader only) ---------------------------------------------------------------------
     async def sync_once(self) -> int:
@@ -129,7 +156,14 @@ class StatusWriter:
                 and time.monotonic() - self._last_pass < self.full_pass_every):
             self.skipped += 1
             return 0
+        full = time.monotonic() - self._last_full >= self.full_pass_every
+        if full:
+            self._last_full = time.monotonic()
         self._last_pass = time.monotonic()
+        keys: dict[tuple[str, str], Any] = {}
+        # Per pass, what every key shares: each type's count of writes and readability, the labeller's errors.
+        readable: dict[Any, Any] = {"labels": tuple(sorted((str(k), v) for k, v in self.labeller.errors.items()))
+                                    if self.labeller else None}
         for gone in self._written.keys() - {(cs.name, cs.uid) for cs in services}:
             del self._written[gone]
         for gone in self._deleters.keys() - {(cs.name, cs.uid) for cs in services}:
@@ -141,9 +175,16 @@ class StatusWriter:
                 # fails its PATCH (404), which is logged and not recorded, as any failed write.
                 await asyncio.sleep(0)
                 sliced = time.perf_counter()
-            # Never skipped for a type the gate cannot read: the status then says Blocking Unknown (CannotVerify),
-            # where skipping it left the last status written standing, "may go" included, while the webhook
-            # refused the provider's DELETE as unverifiable.
+            # Skipped when nothing it is computed from changed since its status was last written (`_key`): at
+            # 10,000 CriticalServices computing every status took ~1 s of the loop per pass, and a new
+            # CriticalService's Ready waited for it (issue 34: CREATE -> Enforcing). Never skipped for a type the
+            # gate cannot read (the key then says so, or is None): the status then says Blocking Unknown
+            # (CannotVerify), where skipping it left the last status written standing, "may go" included, while
+            # the webhook refused the provider's DELETE as unverifiable.
+            key = keys[cs.name, cs.uid] = self._key(cs, state, readable)
+            if not full and key is not None and self._keys.get((cs.name, cs.uid)) == key \
+                    and (cs.name, cs.uid) in self._written:
+                continue
             status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)),
                                     routing=self.router.facts if self.router is not None else UNMANAGED,
                                     refused_confirmation=self._refused(cs, state), **self._replay_facts(cs, state),
@@ -152,6 +193,7 @@ class StatusWriter:
                                     served=self.coverage.served(cs) if self.coverage is not None else None,
                                     deleter=self._deleters.get((cs.name, cs.uid)))
             if (cs.name, cs.uid) in self._written and same_status(self._written[cs.name, cs.uid], status):
+                self._keys[cs.name, cs.uid] = key
                 continue
             try:
                 # null removes a list that emptied (a merge patch keeps what it does not mention).
@@ -163,8 +205,12 @@ class StatusWriter:
                 failed = True
                 continue
             self._written[cs.name, cs.uid] = status
+            self._keys[cs.name, cs.uid] = key
             written += 1
         self.writes += written
+        self._keys = {k: v for k, v in self._keys.items() if k in keys}
+        self._needs = {k: v for k, v in self._needs.items() if k in keys}
+        self._pending = any(_pending(self._written.get((cs.name, cs.uid))) for cs in services)
         # Taken before the pass: a change during it makes the next pass run. A failed write must be retried.
         self._last_inputs = None if failed else inputs
         return written
@@ -185,6 +231,49 @@ class StatusWriter:
         labels = tuple(sorted((str(k), v) for k, v in self.labeller.errors.items())) if self.labeller else None
         coverage = getattr(self.coverage, "changes", None)
         return (changes, routing, refused, labels, [(cs.name, cs.uid) for cs in services], replay, coverage)
+
+    def _key(self, cs: CriticalService, state: ClusterState, readable: dict[Any, Any]) -> Any:
+        """What cs's status is computed from, as one comparable value; None when it cannot be told. The types it
+        reads (its provider's and criteria's, namespaces, CRDs: the labels and Stuck read those) by their counts of
+        writes and whether they can be read now; its routes as the router sees them; the other facts as passed to
+        compute_status. A pass at least every full_pass_every recomputes every status all the same."""
+        try:
+            provider_type = state.resolve(cs.provider.group_resource)
+            named = tuple(state.resolve(criteria.named_resource(c)) for c in cs.criteria)
+        except StateUnavailable:
+            return None
+        writes = getattr(state, "writes", None)
+        if not callable(writes):
+            return None
+        types = {provider_type or cs.provider.group_resource, NAMESPACES, CRDS, *(gr for gr in named if gr)}
+        stamps = []
+        for gr in sorted(types, key=str):
+            if gr not in readable:
+                readable[gr] = (writes(gr, None), _readable(state, gr))
+            stamps.append(readable[gr])
+        facts = self.router.facts if self.router is not None else UNMANAGED
+        lookup = getattr(getattr(self.router, "mapper", None), "lookup", None)
+        resource_type = lookup(provider_type) if callable(lookup) and provider_type is not None else None
+        served = self.coverage.served(cs) if self.coverage is not None else None
+        base = (cs, provider_type, named, tuple(stamps), resource_type, facts.labelled, facts.managed,
+                self._refused(cs, state), repr(self._replay_facts(cs, state)), readable["labels"], repr(served),
+                self._deleters.get((cs.name, cs.uid)))
+        # The routes Ready checks are live are computed as status.py does (with the labels stored now), which the
+        # base determines; only whether they are live (or written) changes with the router's rounds.
+        known = self._needs.get((cs.name, cs.uid))
+        if known is not None and known[0] == base:
+            needs = known[1]
+        else:
+            if resource_type is None:
+                needs = facts.needs_of(cs)
+            else:
+                needs = routing.needed_routes(cs, resource_type,
+                                              protectionlabels.carried_in(state) if facts.labelled else None)
+            self._needs[cs.name, cs.uid] = (base, needs)
+        router_needs = facts.needs_of(cs)
+        route = (needs, needs is not None and needs <= facts.live, needs is not None and needs <= facts.written,
+                 router_needs, facts.error, tuple(sorted(str(r) for r in router_needs or () if r in facts.broad)))
+        return base, route
 
     def _refused(self, cs: Any, state: ClusterState) -> str | None:
         """Why the last confirmation of a DELETE of cs's (named) provider failed, if it did lately."""
@@ -257,15 +346,50 @@ class StatusWriter:
         try:
             await self.seed()
             pause = min(MIN_PASS_INTERVAL, self.interval)
+            loop = asyncio.get_running_loop()
             while True:
                 self._wake.clear()  # a poke during the pass or the pause below runs the next pass after the pause
+                self._soon.clear()
+                started = loop.time()
                 await self.sync_once()
-                await asyncio.sleep(pause)
-                with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancel()
-                    async with asyncio.timeout(self.interval - pause):
-                        await self._wake.wait()
+                took = loop.time() - started
+                # A denial's poke waits out `pause`; a Ready still to show (`_pending`) does not: the next pass
+                # follows the routes' or labels' change, or the cache event that stores a label, after SOON_PAUSE
+                # (paced to a third of the loop), so Ready says Enforcing within a watch event of the truth.
+                until = loop.time() + pause
+                await asyncio.sleep(max(SOON_PAUSE, 2 * took))
+                await self._next_pass(until, started + self.interval)
         finally:
             self.leading = False
+
+    async def _next_pass(self, pause_until: float, interval_until: float) -> None:
+        """Wait for the next pass: a poke after pause_until, a soon poke or (while a Ready is pending) a cache
+        event at once, and interval_until at the latest."""
+        loop = asyncio.get_running_loop()
+        wait_event = getattr(self.source, "wait_event", None)
+        while True:
+            now = loop.time()
+            if self._soon.is_set() or now >= interval_until or (self._wake.is_set() and now >= pause_until):
+                return
+            timeout = min(interval_until, pause_until if self._wake.is_set() else interval_until) - now
+            waits = [asyncio.ensure_future(self._soon.wait())]
+            if not self._wake.is_set():
+                waits.append(asyncio.ensure_future(self._wake.wait()))
+            event = asyncio.ensure_future(wait_event(timeout)) \
+                if callable(wait_event) and self._pending else None
+            if event is not None:
+                waits.append(event)
+            try:
+                await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            if event is not None and event.done() and not event.cancelled() and event.result():
+                return  # a cache event while a Ready is pending: it may be the label stored
+
+    def poke_soon(self) -> None:
+        """The routes or the labels changed: a Ready may turn, so the next pass runs without the denials' pause."""
+        self._soon.set()
 
     async def run_elected(self) -> None:
         """Campaign for the Lease forever; write status while leading."""

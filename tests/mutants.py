@@ -101,7 +101,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "pass\n", ("tests/test_graph.py",)),
     # Issue 34: CREATE -> Enforcing follows the cache event; polling again makes it wait for the next POLL.
     Mutant("router-polls-not-event-driven", "criticalsvc/webhookrouter.py",
-           "                    await wait_event(POLL)\n", "                    await self.sleep(POLL)\n", ROUTER_TESTS),
+           "                    await wait_event(POLL)\n", "                    await self.sleep(POLL)\n",
+           ROUTER_TESTS),
+    # Issue 34: a pending Ready follows the cache event that stores its label; without it, the next interval.
+    Mutant("status-pending-waits-for-interval", "criticalsvc/statuswriter.py",
+           "if callable(wait_event) and self._pending else None", "if False else None",
+           ("tests/test_statuswriter.py",)),
+    # ... and a status pass computes only the statuses whose inputs changed; computing none misses the label stored.
+    Mutant("status-key-ignores-writes", "criticalsvc/statuswriter.py",
+           "                readable[gr] = (writes(gr, None), _readable(state, gr))\n",
+           "                readable[gr] = (0, _readable(state, gr))\n", ("tests/test_statuswriter.py",)),
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),

@@ -14,9 +14,10 @@ from kubefakes import Unreadable
 from kubernetes.aio import client as aclient
 
 from criticalsvc.admission import parse_review
-from criticalsvc.api import CRITICAL_SERVICES, GroupResource
+from criticalsvc.api import CRITICAL_SERVICES, GroupResource, parse_critical_service
 from criticalsvc.decision import Rule, decide
 from criticalsvc.manifests import load_path
+from criticalsvc.objects import KubeObject
 from criticalsvc.routing import Routing
 from criticalsvc.server import StaticStateSource
 from criticalsvc.sim.apiserver.server import ServerThread
@@ -363,9 +364,9 @@ class CountingSource:
 @pytest.mark.parametrize("full_pass_every", [60.0, 0.0])
 def test_an_idle_leader_skips_its_status_pass_until_something_it_reads_changes(full_pass_every, monkeypatch):
     """With every status written and no cache change since, a pass computes nothing (at 1,000
-    CriticalServices each pass was 34 ms of CPU every 5 s); a change makes the next pass compute every
-    status again, and so does a write that failed. The negative control (a full pass every time) computes
-    on every pass."""
+    CriticalServices each pass was 34 ms of CPU every 5 s); a change makes the next pass compute the statuses
+    that read what changed, and a write that failed is tried again. The negative control (a full pass every
+    time) computes on every pass."""
     import criticalsvc.statuswriter as statuswriter
 
     state = _many_services(20)
@@ -397,11 +398,22 @@ def test_an_idle_leader_skips_its_status_pass_until_something_it_reads_changes(f
                 return
             assert await passes(3) == 0 and writer.skipped == 3
             source.changes += 1
-            assert await passes(2) == 20  # once for the change, then idle again
+            assert await passes(2) == 0  # a change no status reads (the cache moved for another type)
+            # A change to the type every criterion names recomputes each status once, then idle again.
+            state.upsert(KubeObject(GroupResource("", "configmaps"), "apps", "another"))
+            source.changes += 1
+            assert await passes(2) == 20
+            # A new CriticalService's status is computed alone (issue 34: its Ready does not wait for 10,000 others).
+            state.upsert_critical_service(parse_critical_service({"metadata": {"name": "new", "uid": "u-new"}, "spec": {
+                "provider": {"group": "apps", "resource": "deployments", "namespace": "apps", "name": "p0"},
+                "criteria": [{"type": "SpecificResource", "specificResource": {
+                    "resource": "secrets", "namespace": "apps", "name": "s"}}]}}))
+            source.changes += 1
+            assert await passes(1) == 1
             # A status to write that cannot be written (nothing listens there) is tried on every pass.
             del writer._written[next(iter(writer._written))]
             source.changes += 1
-            assert await passes(3) == 60
+            assert await passes(3) == 3 + 3  # that one, and the new one (never written: nothing listens)
         finally:
             await writer.api_client.close()
 
@@ -590,3 +602,66 @@ def test_setting_spec_recreated_provider_becomes_an_event_naming_who_set_it(clus
     assert event["reason"] == "RecreatedProviderIntent" and event["type"] == "Warning"
     assert event["involvedObject"]["name"] == old["metadata"]["name"]
     assert "set to Orphan by alice" in event["message"]
+
+
+class EventingSource(CountingSource):
+    """A state source whose waiters wake at each change, as CacheManager.wait_event does."""
+
+    def __init__(self, state: Any) -> None:
+        super().__init__(state)
+        self.changed = asyncio.Event()
+
+    async def wait_event(self, timeout: float) -> bool:
+        self.changed.clear()
+        try:
+            async with asyncio.timeout(timeout):
+                await self.changed.wait()
+        except TimeoutError:
+            return False
+        return True
+
+
+@pytest.mark.parametrize("pending", [True, False])
+def test_a_pending_ready_is_shown_at_the_cache_event_that_stores_its_label(pending):
+    """CREATE -> Enforcing (issue 34): while a Ready waits for a label or a route (LabelPending, RoutePending), the
+    cache event that stores it runs the next status pass at once, not at the next interval (here a minute) nor
+    after the denials' one-a-second pause. The negative control: with no Ready pending, a cache event waits."""
+    writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:9")),
+                          source=EventingSource(_many_services(2)), identity="a", interval=60.0)
+    source = writer.source
+    assert isinstance(source, EventingSource)
+    passes: list[float] = []
+
+    async def counting_pass() -> int:
+        passes.append(time.monotonic())
+        writer._pending = pending
+        return 0
+
+    async def seeded() -> int:
+        return 0
+
+    writer.sync_once = counting_pass  # type: ignore[method-assign]
+    writer.seed = seeded  # type: ignore[method-assign]
+
+    async def scenario() -> float | None:
+        leading = asyncio.create_task(writer._lead())
+        try:
+            while not passes:
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.2)  # the writer waits now
+            stored = time.monotonic()
+            source.changed.set()  # the label stored
+            deadline = stored + 2.0
+            while len(passes) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+            return passes[1] - stored if len(passes) > 1 else None
+        finally:
+            leading.cancel()
+            await asyncio.gather(leading, return_exceptions=True)
+            await writer.api_client.close()
+
+    took = asyncio.run(scenario())
+    if pending:
+        assert took is not None and took < 0.5, took
+    else:
+        assert took is None, took

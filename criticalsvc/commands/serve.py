@@ -316,13 +316,13 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
 
                     router = WebhookRouter(transport, cache, cache.mapper, shipped=args.webhook_configuration,
                                            namespace=args.lease_namespace, metrics=metrics,
-                                           post_event=writer.post_event, on_change=writer.poke)
+                                           post_event=writer.post_event, on_change=writer.poke_soon)
                     writer.router, manages_routes = router, True
                     tasks.append(asyncio.create_task(router.run(lambda: writer.leading), name="webhook-router"))
                     from ..labeller import Labeller
 
                     labeller = Labeller(transport, cache, cache.mapper, metrics=metrics,
-                                        post_event=writer.post_event, on_change=writer.poke)
+                                        post_event=writer.post_event, on_change=writer.poke_soon)
                     writer.labeller = labeller
                     tasks.append(asyncio.create_task(labeller.run(lambda: writer.leading), name="labeller"))
                 if args.check_coverage_every > 0:
