@@ -111,6 +111,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("status-key-ignores-writes", "criticalsvc/statuswriter.py",
            "                readable[gr] = (writes(gr, None), _readable(state, gr))\n",
            "                readable[gr] = (0, _readable(state, gr))\n", ("tests/test_statuswriter.py",)),
+    # A shard's namespaceSelector names every namespace its routes are in: one left out, its routes route nothing.
+    Mutant("route-namespace-selector-short", "criticalsvc/routing.py",
+           'else sorted(n for n in namespaces if n)\n', 'else sorted(n for n in namespaces if n)[:1]\n',
+           ("tests/test_routing.py",)),
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),

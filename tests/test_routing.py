@@ -258,7 +258,11 @@ def test_the_configuration_is_owned_by_the_shipped_one_and_copies_its_settings()
         "name": "criticalsvc", "uid": "5e1f0000-0000-4000-8000-000000000001"}]
     webhook = named(config)[DELETE_WEBHOOK]
     assert webhook["clientConfig"] == template["clientConfig"]
-    assert webhook["namespaceSelector"] == template["namespaceSelector"]
+    # The template's exclusions, and the one namespace its routes are in: a request elsewhere evaluates no condition.
+    assert webhook["namespaceSelector"] == {"matchExpressions": [
+        *template["namespaceSelector"]["matchExpressions"],
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["app"]}]}
+    assert named(config)[NAMESPACES_WEBHOOK]["namespaceSelector"] == template["namespaceSelector"]
     assert webhook["failurePolicy"] == "Ignore"
     assert (webhook["sideEffects"], webhook["matchPolicy"], webhook["timeoutSeconds"],
             webhook["admissionReviewVersions"]) == ("NoneOnDryRun", "Equivalent", 5, ["v1"])
