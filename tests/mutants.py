@@ -115,6 +115,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("route-namespace-selector-short", "criticalsvc/routing.py",
            'else sorted(n for n in namespaces if n)\n', 'else sorted(n for n in namespaces if n)[:1]\n',
            ("tests/test_routing.py",)),
+    # One-key selectors are one list lookup per key, by namespace/value: a wrong namespace there routes nothing.
+    Mutant("route-one-key-selector-namespace", "criticalsvc/routing.py",
+           'scoped.update(f"{r.namespace}/{v}" for v in requirement.values)',
+           'scoped.update(f"{v}/{v}" for v in requirement.values)', ("tests/test_routing.py",)),
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),

@@ -692,3 +692,29 @@ def test_the_simulator_routes_what_the_router_would_write() -> None:
 def test_a_kind_or_short_name_is_resolved_to_the_plural_the_rule_names(spelling: str) -> None:
     routes = wanted(service("a", GroupResource("apps", spelling))).routes
     assert Route("DELETE", DEPLOYMENTS, "app", "p") in routes
+
+
+def test_one_key_selectors_are_one_lookup_per_key_and_route_exactly_their_members() -> None:
+    """Many `app=<value>` selectors (the common provider selector), some in a namespace and some in every one, are
+    written as one list lookup per key - kube-apiserver took 16 s to admit 1,250 written one by one, 0.15 s as
+    lists - and, evaluated as the API server does, send the gate exactly the members of some selector."""
+    services = [service(f"n{i}", CONFIGMAPS, namespace=f"team-{i % 3}", selector={"matchLabels": {"app": f"v{i}"}})
+                for i in range(30)]
+    services.append(service("anywhere", CONFIGMAPS, namespace="", selector={"matchLabels": {"app": "everywhere"}}))
+    services.append(service("tier", CONFIGMAPS, namespace="team-0", selector={"matchLabels": {"tier": "v1"}}))
+    config = rendered(*services)
+    condition = next(m["expression"] for m in named(config)[DELETE_WEBHOOK]["matchConditions"])
+    assert condition.count("'app' in l") == 1 and "'team-1/v1'" in condition
+
+    def sent(namespace: str, labels: dict[str, str]) -> bool:
+        old = {"metadata": {"name": "o", "namespace": namespace, "labels": labels}}
+        request = AdmissionRequest(uid="u", group_resource=CONFIGMAPS, operation="DELETE", name="o",
+                                   namespace=namespace, object=None, old_object=old)
+        return DELETE_WEBHOOK in api_server_sends(config, request, types=mapper())
+
+    for i in range(30):
+        assert sent(f"team-{i % 3}", {"app": f"v{i}"}), i
+        assert not sent(f"team-{(i + 1) % 3}", {"app": f"v{i}"}), i  # the same value in another namespace
+    assert sent("team-2", {"app": "everywhere"}) and sent("elsewhere", {"app": "everywhere"})
+    assert sent("team-0", {"tier": "v1"}) and not sent("team-1", {"tier": "v1"})
+    assert not sent("team-0", {"app": "v99"}) and not sent("team-0", {})
