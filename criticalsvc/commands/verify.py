@@ -4,7 +4,10 @@ A bounded model checker over the simulator (criticalsvc/verify, design/criticals
 CriticalServices over a fixed catalogue of objects that the gate admits, torn down by every deleter, replay
 off and on, along every interleaving to the bound's depth, judged for safety and liveness by an oracle
 independent of the decision code. Each violation is minimized and written as a bundle file, with the
-`criticalsvc simulate` command that replays it.
+`criticalsvc simulate` command that replays it. For the first configuration of each set of providers (the bound's
+`enforcement`), it also explores every interleaving of the leader's labelling and routing after the CREATEs, with an
+API server lagging on webhook configurations (criticalsvc/verify/enforcement.py); a violation there is printed with
+the leader's steps that led to it.
 
 Exit codes: 0 nothing found, 1 violations found (each printed, its bundle written), 2 bad input.
 """
@@ -74,4 +77,8 @@ def run(args: argparse.Namespace) -> int:
         for v in m.violations:
             print(f"   {v.property}: {v.text}")
         print(f"   bundle: {path}\n   replay: {finding.command(str(path))}")
-    return 1 if report.findings else 0
+    for n, run in enumerate(report.enforcement_findings, len(report.findings) + 1):
+        print(f"\n{n}. {run.config.label()}: created, then {run.describe()}")
+        for v in run.violations:
+            print(f"   {v.property}: {v.text}")
+    return 1 if report.findings or report.enforcement_findings else 0

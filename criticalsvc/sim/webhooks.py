@@ -25,7 +25,7 @@ from ..api import (
     GroupResource,
 )
 from ..labels import LabelSelector, Requirement
-from ..routing import call_of, covers, desired
+from ..routing import Route, call_of, covers, desired
 from ..state import MemoryState
 
 WEBHOOK_NAME = "gate.criticalsvc.io"
@@ -146,12 +146,40 @@ class ProviderRoutesRule:
         return operation != "DELETE" or selects(NOT_DELETION_PROTECTED_SELECTOR, obj, old)
 
 
+# What criticalsvc-providers' webhooks select once the shipped configuration routes the gate's labels
+# (routing.render): a DELETE of an object carrying criticalsvc.io/protected, and an UPDATE of one, are the shipped
+# protected.gate's and protected-updates.gate's alone.
+NOT_CARRIED_SELECTOR = LabelSelector((Requirement(PROTECTED_LABEL, "DoesNotExist"),))
+NOT_LABELLED_NOR_CARRIED_SELECTOR = LabelSelector((*NOT_DELETION_PROTECTED_SELECTOR.requirements,
+                                                   *NOT_CARRIED_SELECTOR.requirements))
+
+
+@attrs.frozen
+class WrittenRoutesRule:
+    """criticalsvc-providers as one written version of it holds its routes, with the objectSelectors routing.render
+    gives them when the shipped configuration routes the labels: what an API server whose configuration informer
+    lags still serves from (design/routing.md, "No window, on every API server"). ProviderRoutesRule is the
+    configuration that is always current; the explorer (criticalsvc/verify/enforcement.py) gives each API server
+    of its model one of these, written by the leader it models, so a request can meet any version."""
+
+    routes: frozenset[Route]
+
+    def matches(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
+                old: Mapping[str, Any] | None, *, name: str = "", namespace: str = "") -> bool:
+        if gr in EXEMPT or not self.routes:
+            return False
+        call = call_of(operation=operation, group_resource=gr, namespace=namespace, name=name, obj=obj, old=old)
+        if not any(covers(r, call) for r in self.routes):
+            return False
+        return selects(NOT_LABELLED_NOR_CARRIED_SELECTOR if operation == "DELETE" else NOT_CARRIED_SELECTOR, obj, old)
+
+
 @attrs.define
 class RegisteredWebhook:
     """A registered validating webhook, as a ValidatingWebhookConfiguration entry describes it."""
 
     hook: AdmissionHook
-    rules: tuple[WebhookRule | ProviderRoutesRule, ...] = DEFAULT_RULES
+    rules: tuple[WebhookRule | ProviderRoutesRule | WrittenRoutesRule, ...] = DEFAULT_RULES
     failure_policy: Literal["Fail", "Ignore"] = "Fail"
     name: str = WEBHOOK_NAME
     # namespaceSelector exclusions by name (kubernetes.io/metadata.name NotIn [...]).
