@@ -32,7 +32,9 @@ def register(sub: Any) -> None:
         description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--bound", default="ci", metavar="BOUND",
                    help=f"{' or '.join(BOUNDS)} (default ci), or key=value,... over one: services, criteria, depth, "
-                        "protected=yes|no, providers and criteria_menu (+-separated keys), e.g. large,depth=3")
+                        "protected=yes|no, providers and criteria_menu (+-separated keys), "
+                        "enforcement=providers|all|off (whose leader's steps to explore with a lagging API server), "
+                        "e.g. large,depth=3")
     p.add_argument("--deleter", action="append", choices=DELETERS, metavar="DELETER",
                    help=f"only these deleters (repeatable; default all: {', '.join(DELETERS)})")
     p.add_argument("--limit", type=int, default=5000, metavar="N",
