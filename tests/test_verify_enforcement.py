@@ -9,8 +9,9 @@ on every API server").
   API server, and Enforcing while that API server holds no route at all.
 * Negative controls: Ready claimed before the label is stored (status reading no label as missing) is found as a
   DELETE admitted through the lagging API server; with no gate, both properties fail.
-* The simulator's written routes leave what carries the label to the shipped protected.gate, as routing.render's
-  objectSelector does, and match a DELETE by its oldObject as kube-apiserver's object matcher does.
+* The simulator's routes leave what carries the label to the shipped protected.gate, as routing.render's
+  objectSelector does, and match a DELETE by its oldObject as kube-apiserver's object matcher does; the explorer's
+  teardowns start labelled, as the leader leaves a cluster once Ready says Enforcing.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import attrs
 import pytest
 
 from criticalsvc import status
-from criticalsvc.api import DELETION_PROTECTED_LABEL, PROTECTED_LABEL, GroupResource
+from criticalsvc.api import DELETION_PROTECTED_LABEL, PROTECTED_LABEL, GroupResource, ObjectRef
 from criticalsvc.cli import main
+from criticalsvc.manifests import Manifest
 from criticalsvc.routing import Route
 from criticalsvc.sim.cluster import Cluster
-from criticalsvc.sim.webhooks import WrittenRoutesRule
+from criticalsvc.sim.store import StatusError
+from criticalsvc.sim.webhooks import ProviderRoutesRule, WrittenRoutesRule
 from criticalsvc.verify import enforcement
 from criticalsvc.verify.configurations import BOUNDS, Bound, Configuration, Service, configurations
 from criticalsvc.verify.explorer import admitted, explore
@@ -132,3 +135,19 @@ def test_a_written_route_leaves_labelled_objects_to_the_shipped_webhooks(labels:
     assert rule.matches("DELETE", DEPLOYMENTS, None, stored, name="d", namespace="a") is routed
     assert rule.matches("DELETE", DEPLOYMENTS, None, None, name="d", namespace="a") is False
     assert WrittenRoutesRule(frozenset()).matches("DELETE", DEPLOYMENTS, None, stored, name="d", namespace="a") is False
+
+
+def test_the_teardowns_start_labelled_and_the_route_by_name_gives_way_to_the_label():
+    """The explorer's teardowns start where Ready=Enforcing stands: the provider and its namespace labelled, their
+    routes by name no longer matching them, the DELETE refused by the shipped rule that selects the label."""
+    cluster = Cluster()
+    cluster.load(Manifest(d, f"document {i + 1}") for i, d in enumerate(enforcement.manifests(DEPLOY)))
+    routes = next(r for r in cluster.store.webhooks[0].rules if isinstance(r, ProviderRoutesRule))
+    stored = cluster.store.get(DEPLOYMENTS, "a", "d")
+    assert routes.matches("DELETE", DEPLOYMENTS, None, stored, name="d", namespace="a")
+    assert enforcement.label(cluster) == 2
+    stored = cluster.store.get(DEPLOYMENTS, "a", "d")
+    assert stored is not None and stored["metadata"]["labels"][PROTECTED_LABEL] == "true"
+    assert not routes.matches("DELETE", DEPLOYMENTS, None, stored, name="d", namespace="a")
+    with pytest.raises(StatusError, match="CriticalService cs0 protects it until: configmaps b/c still exists"):
+        cluster.store.delete(ObjectRef(DEPLOYMENTS, "a", "d"), dry_run=True)

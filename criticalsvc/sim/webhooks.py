@@ -122,6 +122,14 @@ DEFAULT_RULES: tuple[WebhookRule, ...] = (
 )
 
 
+# What criticalsvc-providers' webhooks select once the shipped configuration routes the gate's labels
+# (routing.render): a DELETE of an object carrying criticalsvc.io/protected, and an UPDATE of one, are the shipped
+# protected.gate's and protected-updates.gate's alone.
+NOT_CARRIED_SELECTOR = LabelSelector((Requirement(PROTECTED_LABEL, "DoesNotExist"),))
+NOT_LABELLED_NOR_CARRIED_SELECTOR = LabelSelector((*NOT_DELETION_PROTECTED_SELECTOR.requirements,
+                                                   *NOT_CARRIED_SELECTOR.requirements))
+
+
 @attrs.frozen
 class ProviderRoutesRule:
     """The routes of the gate's own configuration criticalsvc-providers (criticalsvc/routing.py), from the
@@ -130,8 +138,10 @@ class ProviderRoutesRule:
     gate exactly the requests a cluster whose gate manages routes sends it: a provider's, its namespace's
     and its CRD's DELETEs, its held UPDATEs, and nothing else. The simplest faithful model: the live
     router's lag (a poll, then the probe) is not simulated, so a route exists from the moment its
-    CriticalService is stored. DELETEs carry the kind-specific webhooks' objectSelector (labelled objects
-    go to the labelled-objects rule alone)."""
+    CriticalService is stored. What carries the gate's label goes to the shipped rules alone (routing.render's
+    objectSelectors, once the shipped configuration routes the labels), so its route by name, which the live router
+    drops once the label is stored, routes nothing here either; in a simulation where nothing labels, every provider
+    is routed by name."""
 
     state: MemoryState
 
@@ -143,15 +153,7 @@ class ProviderRoutesRule:
         routes = desired(self.state.critical_services(), self.state.mapper.lookup).routes
         if not any(covers(r, call) for r in routes):
             return False
-        return operation != "DELETE" or selects(NOT_DELETION_PROTECTED_SELECTOR, obj, old)
-
-
-# What criticalsvc-providers' webhooks select once the shipped configuration routes the gate's labels
-# (routing.render): a DELETE of an object carrying criticalsvc.io/protected, and an UPDATE of one, are the shipped
-# protected.gate's and protected-updates.gate's alone.
-NOT_CARRIED_SELECTOR = LabelSelector((Requirement(PROTECTED_LABEL, "DoesNotExist"),))
-NOT_LABELLED_NOR_CARRIED_SELECTOR = LabelSelector((*NOT_DELETION_PROTECTED_SELECTOR.requirements,
-                                                   *NOT_CARRIED_SELECTOR.requirements))
+        return selects(NOT_LABELLED_NOR_CARRIED_SELECTOR if operation == "DELETE" else NOT_CARRIED_SELECTOR, obj, old)
 
 
 @attrs.frozen

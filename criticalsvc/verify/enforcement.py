@@ -1,10 +1,10 @@
 """How a CriticalService becomes enforced, explored: the leader's labelling and routing interleaved, with an API
 server whose webhook configuration lags (design/routing.md, "No window, on every API server").
 
-The teardown families (criticalsvc/verify/explorer.py) start from CriticalServices already enforced: the simulator
-routes each request by the CriticalServices stored at that instant (sim/webhooks.py ProviderRoutesRule). This model
-starts one step earlier, at each CriticalService's CREATE, and runs the leader's loops as steps of their own, each
-step the pure function the live loop calls:
+The teardown families (criticalsvc/verify/explorer.py) start from CriticalServices already enforced: the leader's
+labels stored (`label`), the simulator routing each other request by the CriticalServices stored at that instant
+(sim/webhooks.py ProviderRoutesRule). This model starts one step earlier, at each CriticalService's CREATE, and runs
+the leader's loops as steps of their own, each step the pure function the live loop calls:
 
 * the labeller (criticalsvc/labeller.py): protectionlabels.wanted and to_add on the store's state, then one merge
   patch per object (protectionlabels.merge_patch), sent through admission as the leader's PATCH is;
@@ -17,6 +17,10 @@ step the pure function the live loop calls:
   most one probe per run, so every run ends;
 * status (criticalsvc/status.py compute_status), recomputed after every step as the status writer does on every
   change the leader reports.
+
+A deleter's requests are asked after every step, as dry runs: they change nothing, so asking them all after each
+step is every place a deleter's step could take among the leader's (a DELETE admitted for real before any Ready
+claimed protection is no violation, and one after it is already one).
 
 The choice points (criticalsvc/verify/interleavings.py `pick`) are which loop moves next, which object the
 labeller's next PATCH commits for, and which API server answers a probe; every path is explored (a run has a few
@@ -249,6 +253,24 @@ class Model:
         older = frozenset() if self.lagging_answered else frozenset(self.history)
         return (tuple(self.to_label()), older, self.history[self.written], self.live, self.lagging_answered,
                 tuple(sorted(self.label_errors, key=protectionlabels.order_key)))
+
+
+def label(cluster: Cluster) -> int:
+    """Store the labels the leader writes once the CriticalServices are created (the state Ready=Enforcing stands
+    on); the number written. Without admission: that the gate admits its own label writes is what `Model.labeller`
+    checks, every way; a teardown needs only their outcome (and would pay a gate call per write)."""
+    state, written = cluster.store.state, 0
+    missing = protectionlabels.to_add(protectionlabels.wanted(state.critical_services(), state), state)
+    webhooks, cluster.store.webhooks = cluster.store.webhooks, []
+    try:
+        for ref, add in sorted(missing.items(), key=lambda item: protectionlabels.order_key(item[0])):
+            obj = cluster.store.get(ref.group_resource, ref.namespace, ref.name)
+            if obj is not None:
+                cluster.store.update(merge_patch(obj, protectionlabels.merge_patch(add=add)), user=LEADER)
+                written += 1
+    finally:
+        cluster.store.webhooks = webhooks
+    return written
 
 
 def run_one(config: Configuration, path: Path, *, cluster_factory: Callable[..., Cluster] = Cluster,

@@ -123,6 +123,7 @@ def run_one(config: Configuration, path: Path, *, deleter: str, replay: bool,
     rng.inert = inert_types(cluster.store)
     oracle = Oracle(cluster.store, config)
     cluster.load(_manifests([docs[i] for i in order]))
+    enforcement.label(cluster)
     cluster.teardown(CLIENT[deleter], repeat=REPEAT if deleter == "kubectl-repeat" else None)
     verdict = cluster.run()
     refused = {r for c in cluster.clients for r in c.refused}
