@@ -42,6 +42,8 @@ REPLAY_TESTS = ("tests/test_replay_safety.py",)
 REPLAYER_TESTS = ("tests/test_replayer.py",)
 ROUTER_TESTS = ("tests/test_webhookrouter.py",)
 VERIFY = "tests/test_verify.py"
+ENFORCEMENT = ("tests/test_verify_enforcement.py::"
+               "test_no_interleaving_of_the_leaders_steps_admits_a_protected_delete_on_a_lagging_api_server")
 CAUGHT_UP = "tests/test_caughtup.py"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -128,11 +130,16 @@ MUTANTS: tuple[Mutant, ...] = (
     # The protection label removable while protected (the DELETE would then reach no webhook).
     Mutant("protection-label-removable", "criticalsvc/decision.py",
            "    if not keeping:\n        return None\n", "    if True:\n        return None\n",
-           ("tests/test_protection_labels.py",)),
-    # A route by name dropped for an object that only exists, not labelled.
+           ("tests/test_protection_labels.py", ENFORCEMENT)),
+    # A route by name dropped for an object that only exists, not labelled (and Ready says Enforcing then).
     Mutant("route-dropped-for-unlabelled", "criticalsvc/protectionlabels.py",
            "    return obj is not None and all(obj.labels.get(key) == LABEL_VALUE for key in labels)\n",
-           "    return obj is not None\n", ("tests/test_protection_labels.py",)),
+           "    return obj is not None\n", ("tests/test_protection_labels.py", ENFORCEMENT)),
+    # Ready=Enforcing claimed before the label is stored, on the strength of a route by name one API server was seen
+    # holding: another API server, lagging, admits the DELETE (the explorer's lagging API server finds it).
+    Mutant("ready-before-label-stored", "criticalsvc/status.py",
+           "    pending = [ref for ref in missing if ref not in label_errors] if routing.labelled else []\n",
+           "    pending = []\n", (ENFORCEMENT,)),
     # Never an ALLOW from a stale cache: the fresh reads, the Finalizer catch-up, and (below) the confirmation on
     # the cache caught up to one consistent read.
     Mutant("live-protected-allow-unconfirmed", "criticalsvc/live.py",

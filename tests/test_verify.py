@@ -44,6 +44,10 @@ def test_the_ci_bound_finds_nothing_and_covers_what_it_says():
     admitted = report.configurations - report.refused
     # Each family runs at least its canonical interleaving, and every family with a choice point its alternatives.
     assert report.runs >= 3 * admitted * len(DELETERS) * 2 and report.truncated == 0, report.summary()
+    # The leader's labelling and routing, with a lagging API server, for one configuration of each of the 7 providers
+    # (tests/test_verify_enforcement.py).
+    assert report.enforced == 7 and report.enforcement_runs >= 7 * 8 and report.enforcement_findings == [], \
+        report.summary()
 
 
 def test_the_ci_pairs_bound_finds_nothing():

@@ -4,7 +4,10 @@ A bounded model checker over the simulator (criticalsvc/verify, design/criticals
 CriticalServices over a fixed catalogue of objects that the gate admits, torn down by every deleter, replay
 off and on, along every interleaving to the bound's depth, judged for safety and liveness by an oracle
 independent of the decision code. Each violation is minimized and written as a bundle file, with the
-`criticalsvc simulate` command that replays it.
+`criticalsvc simulate` command that replays it. For the first configuration of each set of providers (the bound's
+`enforcement`), it also explores every interleaving of the leader's labelling and routing after the CREATEs, with an
+API server lagging on webhook configurations (criticalsvc/verify/enforcement.py); a violation there is printed with
+the leader's steps that led to it.
 
 Exit codes: 0 nothing found, 1 violations found (each printed, its bundle written), 2 bad input.
 """
@@ -29,7 +32,9 @@ def register(sub: Any) -> None:
         description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--bound", default="ci", metavar="BOUND",
                    help=f"{' or '.join(BOUNDS)} (default ci), or key=value,... over one: services, criteria, depth, "
-                        "protected=yes|no, providers and criteria_menu (+-separated keys), e.g. large,depth=3")
+                        "protected=yes|no, providers and criteria_menu (+-separated keys), "
+                        "enforcement=providers|all|off (whose leader's steps to explore with a lagging API server), "
+                        "e.g. large,depth=3")
     p.add_argument("--deleter", action="append", choices=DELETERS, metavar="DELETER",
                    help=f"only these deleters (repeatable; default all: {', '.join(DELETERS)})")
     p.add_argument("--limit", type=int, default=5000, metavar="N",
@@ -74,4 +79,8 @@ def run(args: argparse.Namespace) -> int:
         for v in m.violations:
             print(f"   {v.property}: {v.text}")
         print(f"   bundle: {path}\n   replay: {finding.command(str(path))}")
-    return 1 if report.findings else 0
+    for n, run in enumerate(report.enforcement_findings, len(report.findings) + 1):
+        print(f"\n{n}. {run.config.label()}: created, then {run.describe()}")
+        for v in run.violations:
+            print(f"   {v.property}: {v.text}")
+    return 1 if report.findings or report.enforcement_findings else 0

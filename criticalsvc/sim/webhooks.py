@@ -25,7 +25,7 @@ from ..api import (
     GroupResource,
 )
 from ..labels import LabelSelector, Requirement
-from ..routing import call_of, covers, desired
+from ..routing import Route, call_of, covers, desired
 from ..state import MemoryState
 
 WEBHOOK_NAME = "gate.criticalsvc.io"
@@ -122,6 +122,14 @@ DEFAULT_RULES: tuple[WebhookRule, ...] = (
 )
 
 
+# What criticalsvc-providers' webhooks select once the shipped configuration routes the gate's labels
+# (routing.render): a DELETE of an object carrying criticalsvc.io/protected, and an UPDATE of one, are the shipped
+# protected.gate's and protected-updates.gate's alone.
+NOT_CARRIED_SELECTOR = LabelSelector((Requirement(PROTECTED_LABEL, "DoesNotExist"),))
+NOT_LABELLED_NOR_CARRIED_SELECTOR = LabelSelector((*NOT_DELETION_PROTECTED_SELECTOR.requirements,
+                                                   *NOT_CARRIED_SELECTOR.requirements))
+
+
 @attrs.frozen
 class ProviderRoutesRule:
     """The routes of the gate's own configuration criticalsvc-providers (criticalsvc/routing.py), from the
@@ -130,8 +138,10 @@ class ProviderRoutesRule:
     gate exactly the requests a cluster whose gate manages routes sends it: a provider's, its namespace's
     and its CRD's DELETEs, its held UPDATEs, and nothing else. The simplest faithful model: the live
     router's lag (a poll, then the probe) is not simulated, so a route exists from the moment its
-    CriticalService is stored. DELETEs carry the kind-specific webhooks' objectSelector (labelled objects
-    go to the labelled-objects rule alone)."""
+    CriticalService is stored. What carries the gate's label goes to the shipped rules alone (routing.render's
+    objectSelectors, once the shipped configuration routes the labels), so its route by name, which the live router
+    drops once the label is stored, routes nothing here either; in a simulation where nothing labels, every provider
+    is routed by name."""
 
     state: MemoryState
 
@@ -143,7 +153,27 @@ class ProviderRoutesRule:
         routes = desired(self.state.critical_services(), self.state.mapper.lookup).routes
         if not any(covers(r, call) for r in routes):
             return False
-        return operation != "DELETE" or selects(NOT_DELETION_PROTECTED_SELECTOR, obj, old)
+        return selects(NOT_LABELLED_NOR_CARRIED_SELECTOR if operation == "DELETE" else NOT_CARRIED_SELECTOR, obj, old)
+
+
+@attrs.frozen
+class WrittenRoutesRule:
+    """criticalsvc-providers as one written version of it holds its routes, with the objectSelectors routing.render
+    gives them when the shipped configuration routes the labels: what an API server whose configuration informer
+    lags still serves from (design/routing.md, "No window, on every API server"). ProviderRoutesRule is the
+    configuration that is always current; the explorer (criticalsvc/verify/enforcement.py) gives each API server
+    of its model one of these, written by the leader it models, so a request can meet any version."""
+
+    routes: frozenset[Route]
+
+    def matches(self, operation: str, gr: GroupResource, obj: Mapping[str, Any] | None,
+                old: Mapping[str, Any] | None, *, name: str = "", namespace: str = "") -> bool:
+        if gr in EXEMPT or not self.routes:
+            return False
+        call = call_of(operation=operation, group_resource=gr, namespace=namespace, name=name, obj=obj, old=old)
+        if not any(covers(r, call) for r in self.routes):
+            return False
+        return selects(NOT_LABELLED_NOR_CARRIED_SELECTOR if operation == "DELETE" else NOT_CARRIED_SELECTOR, obj, old)
 
 
 @attrs.define
@@ -151,7 +181,7 @@ class RegisteredWebhook:
     """A registered validating webhook, as a ValidatingWebhookConfiguration entry describes it."""
 
     hook: AdmissionHook
-    rules: tuple[WebhookRule | ProviderRoutesRule, ...] = DEFAULT_RULES
+    rules: tuple[WebhookRule | ProviderRoutesRule | WrittenRoutesRule, ...] = DEFAULT_RULES
     failure_policy: Literal["Fail", "Ignore"] = "Fail"
     name: str = WEBHOOK_NAME
     # namespaceSelector exclusions by name (kubernetes.io/metadata.name NotIn [...]).

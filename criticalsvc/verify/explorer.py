@@ -34,6 +34,7 @@ from ..errors import MalformedManifest
 from ..manifests import Manifest
 from ..sim.cluster import Cluster
 from ..sim.store import Store
+from . import enforcement
 from .configurations import (
     OBJECTS,
     Bound,
@@ -122,6 +123,7 @@ def run_one(config: Configuration, path: Path, *, deleter: str, replay: bool,
     rng.inert = inert_types(cluster.store)
     oracle = Oracle(cluster.store, config)
     cluster.load(_manifests([docs[i] for i in order]))
+    enforcement.label(cluster)
     cluster.teardown(CLIENT[deleter], repeat=REPEAT if deleter == "kubectl-repeat" else None)
     verdict = cluster.run()
     refused = {r for c in cluster.clients for r in c.refused}
@@ -175,6 +177,9 @@ class Report:
     seconds: float = 0.0
     jobs: int = 1
     findings: dict[tuple[str, bool, str, str], Finding] = attrs.field(factory=dict)
+    enforced: int = 0  # configurations whose leader's steps were explored (criticalsvc/verify/enforcement.py)
+    enforcement_runs: int = 0
+    enforcement_findings: list[enforcement.EnforcementRun] = attrs.field(factory=list)
 
     def summary(self) -> str:
         admitted = self.configurations - self.refused
@@ -186,7 +191,10 @@ class Report:
                 f"{self.runs} interleavings run ({self.distinct} distinct traces"
                 f"{f', {self.truncated} families cut at the limit' if self.truncated else ''}) "
                 f"in {self.seconds:.1f} s on {self.jobs} process(es); "
-                f"{len(self.findings)} distinct minimized violation(s)")
+                f"{len(self.findings)} distinct minimized violation(s)\n"
+                f"enforcement: the leader's labelling and routing, with an API server lagging on webhook "
+                f"configurations, explored for {self.enforced} configuration(s): {self.enforcement_runs} "
+                f"interleavings; {len(self.enforcement_findings)} violating")
 
     def add(self, one: _One) -> None:
         self.runs += one.runs
@@ -194,6 +202,9 @@ class Report:
         self.truncated += one.truncated
         for finding in one.findings:
             self.findings.setdefault(finding.key, finding)
+        self.enforced += one.enforced
+        self.enforcement_runs += one.enforcement_runs
+        self.enforcement_findings.extend(one.enforcement_findings)
 
 
 def family(config: Configuration, *, deleter: str, replay: bool, depth: int, limit: int | None = None,
@@ -213,16 +224,23 @@ class _One:
     distinct: int = 0
     truncated: int = 0
     findings: list[Finding] = attrs.field(factory=list)
+    enforced: int = 0
+    enforcement_runs: int = 0
+    enforcement_findings: list[enforcement.EnforcementRun] = attrs.field(factory=list)
 
 
 def explore_one(config: Configuration, *, depth: int, limit: int | None = 5000, deleters: Sequence[str] = DELETERS,
                 cluster_factory: Callable[..., Cluster] = Cluster,
-                admission: Callable[[Configuration], str | None] | None = None) -> _One:
-    """Admit `config` through the gate and, if admitted, tear it down every way within `depth`."""
+                admission: Callable[[Configuration], str | None] | None = None, enforce: bool = False) -> _One:
+    """Admit `config` through the gate and, if admitted, tear it down every way within `depth`; with `enforce`,
+    explore the leader's steps that make it enforced too (criticalsvc/verify/enforcement.py)."""
     admission = admission or _Admission(cluster_factory)
     one = _One(refusal=admission(config))
     if one.refusal is not None:
         return one
+    if enforce:
+        explored = enforcement.explore_one(config, limit=limit, cluster_factory=cluster_factory)
+        one.enforced, one.enforcement_runs, one.enforcement_findings = 1, explored.runs, explored.findings
     for deleter in deleters:
         for replay in (False, True):
             traces: set[int] = set()
@@ -250,8 +268,9 @@ def _init(depth: int, limit: int | None, deleters: Sequence[str], cluster_factor
                    admission=_Admission(cluster_factory))
 
 
-def _work(config: Configuration) -> tuple[Configuration, _One]:
-    return config, explore_one(config, **_WORKER)
+def _work(item: tuple[Configuration, bool]) -> tuple[Configuration, _One]:
+    config, enforce = item
+    return config, explore_one(config, enforce=enforce, **_WORKER)
 
 
 def _parts(config: Configuration) -> Iterator[Configuration]:
@@ -281,6 +300,7 @@ def explore(bound: Bound, *, limit: int | None = 5000, deleters: Sequence[str] =
         if only(config):
             levels.setdefault((config.protected, len(config.services)), []).append(config)
     refused: set[Configuration] = set()
+    enforced = _enforced(bound, levels, _Admission(cluster_factory))
     pool = multiprocessing.get_context("fork").Pool(
         jobs, _init, (bound.depth, limit, tuple(deleters), cluster_factory)) if jobs > 1 else None
     try:
@@ -295,7 +315,7 @@ def explore(bound: Bound, *, limit: int | None = 5000, deleters: Sequence[str] =
                     report.inferred += 1
                     report.done += 1
                 else:
-                    todo.append(config)
+                    todo.append((config, config in enforced))
             answers = pool.imap_unordered(_work, todo, chunksize=4) if pool is not None else map(_work, todo)
             for config, one in answers:
                 if one.refusal is not None:
@@ -315,6 +335,25 @@ def explore(bound: Bound, *, limit: int | None = 5000, deleters: Sequence[str] =
         rank.get(kv[1].first.config, -1), list(deleters).index(kv[1].first.deleter), kv[1].first.replay)))
     report.seconds = time.monotonic() - started
     return report
+
+
+def _enforced(bound: Bound, levels: dict[tuple[bool, int], list[Configuration]],
+              admission: Callable[[Configuration], str | None]) -> set[Configuration]:
+    """The configurations whose leader's steps are explored (Bound.enforcement): with `providers`, the first admitted
+    one of each provider (and deletion-protected label), of one CriticalService. What the leader labels and routes,
+    and what status says, depend on the providers alone; the criteria decide only what the gate refuses, which the
+    teardowns explore for every configuration. Two CriticalServices take `all`: their labels interleave (a
+    Deployment's and a Widget's, 5 objects, pass 20,000 interleavings)."""
+    every = [c for key in sorted(levels) for c in levels[key]]
+    if bound.enforcement == "all":
+        return set(every)
+    out: dict[tuple[Any, ...], Configuration] = {}
+    if bound.enforcement == "providers":
+        for config in (c for c in every if len(c.services) == 1):
+            key = (config.services[0].provider, config.protected)
+            if key not in out and admission(config) is None:
+                out[key] = config
+    return set(out.values())
 
 
 class _Admission:

@@ -17,6 +17,11 @@ same instant run in the order they were scheduled (VirtualEngine's sequence numb
   `a` and `b`: the earliest and the latest moment the controller may act;
 * anything else the simulator might draw raises, so no nondeterminism goes unexplored unnoticed.
 
+**The leader's steps** (criticalsvc/verify/enforcement.py) are choice points of their own, taken with `pick`:
+which of the leader's loops moves next (the labeller, the router writing criticalsvc-providers, its probe), which
+object the labeller's next PATCH commits for (it sends them at once), and which API server answers a probe - the
+one holding the newest configuration (the first alternative) or one that lags, holding an older version.
+
 **Partial-order reduction, and why it is sound.** In `shuffle`, an element `inert` says is a no-op
 wherever it goes keeps its place and takes no choice: a resource type with no object in any terminating
 namespace, in the namespace controller's pass (its deletecollection lists nothing, calls no webhook and
@@ -99,6 +104,11 @@ class ChoiceRandom(random.Random):
 
     def choice(self, seq: Any) -> Any:
         raise NotImplementedError("the simulator drew choice(): add it as a choice point (criticalsvc/verify)")
+
+
+def pick(path: Path, options: Sequence[T]) -> T:
+    """One of `options` (not empty), chosen at a choice point of `path`: the first is the canonical choice."""
+    return options[path.choose(len(options))]
 
 
 def paths(run: Callable[[Path], T], *, depth: int, limit: int | None = None) -> Iterator[tuple[Path, T]]:

@@ -17,11 +17,21 @@ raw objects, never criticalsvc.criteria, state or decision. Its two properties:
 README, "the label ... keeps a namespace being deleted Terminating until the label is removed"); with a
 one-pass deleter and no replay (kubectl once, `helm uninstall`), what is left is only what it was refused, none
 of it half-deleted (terminating), besides `stays` (design/criticalservice.md §6, "kubectl delete -f does not retry").
+
+**Enforcement** (`EnforcementOracle`, for criticalsvc/verify/enforcement.py: a CriticalService becoming enforced
+while API servers lag on webhook configurations; design/routing.md, "No window, on every API server"):
+
+* while a CriticalService's Ready says `Enforcing`, no DELETE it forbids (of a provider, of a namespace holding one
+  unless its criteria are confined there, of a custom provider type's CRD) is admitted by any API server, whatever
+  version of the gate's webhook configuration it holds;
+* an object the gate labelled `criticalsvc.io/protected` keeps the label while a CriticalService forbids its DELETE:
+  no write removes it, and no API server would admit an UPDATE removing it;
+* at the end, every object whose DELETE is forbidden carries the label and every Ready says `Enforcing`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -31,6 +41,10 @@ from ..api import GroupResource, ObjectRef
 from ..sim.cluster import TeardownVerdict
 from ..sim.store import Store, WatchEvent
 from .configurations import CRD_NAME, CRITERIA, GROUP, OBJECTS, PLURAL, PROTECTED, PROVIDERS, Configuration
+
+# The label the gate writes on what a CriticalService protects, which the shipped configuration routes by objectSelector
+# on every API server (design/routing.md, "No window, on every API server").
+PROTECTION_LABEL, PROTECTION_VALUE = "criticalsvc.io/protected", "true"
 
 NAMESPACES = GroupResource("", "namespaces")
 # The catalogue object each provider is (or selects).
@@ -252,3 +266,81 @@ class Oracle:
             elif h.ref not in refused:
                 self._add("liveness", f"{h.ref} stays though the deleter was never refused on it: "
                           f"{'; '.join(h.reasons)}", h.ref)
+
+
+# What a request to every API server answered: for each one that admitted it, a description of that API server.
+Admitted = Callable[[str, ObjectRef], Sequence[str]]
+
+
+def _carries(obj: Mapping[str, Any] | None) -> bool:
+    return obj is not None and _labels(obj).get(PROTECTION_LABEL) == PROTECTION_VALUE
+
+
+class EnforcementOracle(Oracle):
+    """The enforcement properties (module docstring), judged after each step of the model and at its end."""
+
+    def __init__(self, store: Store, config: Configuration) -> None:
+        super().__init__(store, config)
+        self._labelled: set[ObjectRef] = set()
+        store.subscribe(self._label_event)
+
+    def reset(self) -> None:
+        """Forget what was seen: the model put the store back as it was before the leader's first step."""
+        self.violations.clear()
+        self._going.clear()
+        self._labelled = {_ref(gr, o) for gr in {r.group_resource for r in self.store.refs()}
+                          for o in self.store.list(gr) if _carries(o)}
+
+    def guarded(self, i: int) -> list[ObjectRef]:
+        """The objects whose DELETE cs`i` forbids now: none once its criteria are met; else its providers, the
+        namespace of each unless every criterion names objects inside it (confined: the provider waits there), and
+        the CRD of a custom provider type (CRD cleanup deletes the instances without admission)."""
+        if not self.unmet(i):
+            return []
+        out = self.providers(i)
+        for namespace in sorted({p.namespace for p in out if p.namespace}):
+            if not self.confined(i, namespace):
+                out.append(ObjectRef(NAMESPACES, "", namespace))
+        if out and PROVIDERS[self.config.services[i].provider].get("group") == GROUP \
+                and self.store.exists(CRDS, "", CRD_NAME):
+            out.append(ObjectRef(CRDS, "", CRD_NAME))
+        return out
+
+    def _label_event(self, event: WatchEvent) -> None:
+        ref = _ref(event.group_resource, event.object)
+        if _carries(event.object):
+            self._labelled.add(ref)
+        elif ref in self._labelled and event.type != "DELETED":
+            self._labelled.discard(ref)
+            for i in range(len(self.config.services)):
+                if ref in self.guarded(i):
+                    self._add("safety", f"{ref} lost its label {PROTECTION_LABEL} while cs{i} forbids its DELETE "
+                              f"({'; '.join(self.unmet(i))})", ref)
+
+    def judge_step(self, *, ready: Sequence[str], admitted: Admitted, after: str) -> None:
+        """After the model's step `after`: with Ready (each CriticalService's reason) as reported, ask `admitted` about
+        every forbidden DELETE of an Enforcing CriticalService, and every removal of a label that protects."""
+        asked: set[tuple[str, ObjectRef]] = set()
+        for i in range(len(self.config.services)):
+            for ref in self.guarded(i):
+                if ready[i] == "Enforcing" and ("DELETE", ref) not in asked:
+                    asked.add(("DELETE", ref))
+                    for server in admitted("DELETE", ref):
+                        self._add("safety", f"after {after}, with cs{i} Ready=Enforcing, the DELETE of {ref} was "
+                                  f"admitted by {server} ({'; '.join(self.unmet(i))})", ref)
+                if ("UNLABEL", ref) not in asked and _carries(self.store.get(ref.group_resource, ref.namespace,
+                                                                             ref.name)):
+                    asked.add(("UNLABEL", ref))
+                    for server in admitted("UNLABEL", ref):
+                        self._add("safety", f"after {after}, an UPDATE removing {PROTECTION_LABEL} from {ref} was "
+                                  f"admitted by {server} while cs{i} forbids its DELETE", ref)
+
+    def judge_end(self, *, ready: Sequence[str]) -> None:
+        """Liveness of the leader: everything it must label is labelled, and every CriticalService says Enforcing."""
+        for i in range(len(self.config.services)):
+            for ref in self.guarded(i):
+                if not _carries(self.store.get(ref.group_resource, ref.namespace, ref.name)):
+                    self._add("liveness", f"{ref} never got the label {PROTECTION_LABEL} although cs{i} forbids its "
+                              "DELETE", ref)
+            if ready[i] != "Enforcing":
+                self._add("liveness", f"cs{i} never became Ready=Enforcing (it says {ready[i]})", f"cs{i}")
