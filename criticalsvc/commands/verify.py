@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import InvalidInput
 from ..sim.cluster import Cluster
 from ..verify.configurations import BOUNDS, parse_bound
-from ..verify.explorer import DELETERS, Report, explore
+from ..verify.explorer import DELETERS, EXTRA_DELETERS, Report, explore
 
 
 def register(sub: Any) -> None:
@@ -30,8 +30,9 @@ def register(sub: Any) -> None:
     p.add_argument("--bound", default="ci", metavar="BOUND",
                    help=f"{' or '.join(BOUNDS)} (default ci), or key=value,... over one: services, criteria, depth, "
                         "protected=yes|no, providers and criteria_menu (+-separated keys), e.g. large,depth=3")
-    p.add_argument("--deleter", action="append", choices=DELETERS, metavar="DELETER",
-                   help=f"only these deleters (repeatable; default all: {', '.join(DELETERS)})")
+    p.add_argument("--deleter", action="append", choices=(*DELETERS, *EXTRA_DELETERS), metavar="DELETER",
+                   help=f"only these deleters (repeatable; default: {', '.join(DELETERS)}; also "
+                        f"{', '.join(EXTRA_DELETERS)})")
     p.add_argument("--limit", type=int, default=5000, metavar="N",
                    help="at most N interleavings per configuration, deleter and replay mode (default 5000; a family "
                         "cut there is counted in the summary)")
