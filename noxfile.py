@@ -58,14 +58,15 @@ def operators(session: nox.Session) -> None:
 
 # Real-binary teardown tests that take minutes, kept out of `nox -s tests` (CI's 20-minute budget):
 # Argo CD's (its application controller reacts to changes on its own schedule, and each test syncs stacks from
-# Git before deleting them; 449 s warm; see the file's docstring and README "Deleting an Argo CD Application").
-SLOW_REALCLUSTER = ("test_realcluster_argocd.py",)
+# Git before deleting them; 449 s warm; see the file's docstring and README "Deleting an Argo CD Application"), and
+# `helm uninstall OPERATOR APP` in one command (20 s warm, over the ~15 s a CI addition may take).
+SLOW_REALCLUSTER = ("test_realcluster_argocd.py", "test_realcluster_helm_releases.py")
 
 
 @nox.session(name="realcluster-slow")
 def realcluster_slow(session: nox.Session) -> None:
-    """The slow real-binary tests (SLOW_REALCLUSTER: Argo CD's real application controller and repo-server), one
-    file at a time on one worker; builds what they need first (cached outside the checkout; Argo CD ~17 min
+    """The slow real-binary tests (SLOW_REALCLUSTER: Argo CD's real application controller and repo-server; helm
+    uninstalling two releases in one command), one file at a time on one worker; builds what they need first (cached outside the checkout; Argo CD ~17 min
     cold, which is why `nox -s tests` does not build it)."""
     _install(session)
     session.run("python", "-m", "tests.realcluster", "build", "--argocd")
