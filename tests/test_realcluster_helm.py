@@ -386,4 +386,3 @@ def test_a_chart_with_its_crd_in_crds(realcluster: RealCluster, helm: Helm, tmp_
                        finalizer_only=True)]
     with installed(realcluster, helm, cases):
         tear_down(realcluster, helm, cases, "charts with their CRD in crds/")
-
