@@ -59,16 +59,17 @@ def operators(session: nox.Session) -> None:
 # Real-binary tests that take minutes, kept out of `nox -s tests` (CI's 20-minute budget):
 # Argo CD's (its application controller reacts to changes on its own schedule, and each test syncs stacks from
 # Git before deleting them; 449 s warm; see the file's docstring and README "Deleting an Argo CD Application"),
-# and the HA harness shown with Kubernetes alone (~25 s: a lagging API server admits what the others refuse, no gate
+# `helm uninstall OPERATOR APP` in one command (20 s warm, over the ~15 s a CI addition may take), and the HA
+# harness shown with Kubernetes alone (~25 s: a lagging API server admits what the others refuse, no gate
 # installed); the gate on three API servers, one lagging, stays in CI (tests/test_realcluster_apiservers_gate.py).
-SLOW_REALCLUSTER = ("test_realcluster_argocd.py", "test_realcluster_apiservers.py")
+SLOW_REALCLUSTER = ("test_realcluster_argocd.py", "test_realcluster_helm_releases.py", "test_realcluster_apiservers.py")
 
 
 @nox.session(name="realcluster-slow")
 def realcluster_slow(session: nox.Session) -> None:
-    """The slow real-binary tests (SLOW_REALCLUSTER: Argo CD's real application controller and repo-server, the HA
-    harness with Kubernetes alone), one
-    file at a time on one worker; builds what they need first (cached outside the checkout; Argo CD ~17 min
+    """The slow real-binary tests (SLOW_REALCLUSTER: Argo CD's real application controller and repo-server; helm
+    uninstalling two releases in one command; the HA harness with Kubernetes alone), one file at a time on one
+    worker; builds what they need first (cached outside the checkout; Argo CD ~17 min
     cold, which is why `nox -s tests` does not build it)."""
     _install(session)
     session.run("python", "-m", "tests.realcluster", "build", "--argocd")
@@ -96,8 +97,8 @@ def scenarios(session: nox.Session) -> None:
 def explore(session: nox.Session) -> None:
     """The bounded model checker at its large bound (design/criticalservice.md §7): every pair of CriticalServices
     over the catalogue, with and without the deletion-protected label, every deleter, replay off and on. CI runs
-    the `ci` and `ci-pairs` bounds in tests/test_verify.py. `-- --bound large,depth=2` (or any bound) to go further; minimized
-    bundles of what it finds go to verify-findings/. Exit 1 when something is found."""
+    the `ci` and `ci-pairs` bounds in tests/test_verify.py. `-- --bound large,depth=2` (or any bound) to go further;
+    minimized bundles of what it finds go to verify-findings/. Exit 1 when something is found."""
     _install(session)
     args = session.posargs or ["--bound", "large", "--jobs", "2"]
     session.run("criticalsvc", "verify", *args)

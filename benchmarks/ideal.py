@@ -24,6 +24,11 @@ records such as a CriticalService, a ManifestWork, a Kustomization, which are re
   Flux configures it, https://github.com/fluxcd/pkg/blob/runtime/v0.110.3/runtime/controller/rate_limiter.go):
   `run_order(..., grid=...)` sends a DELETE only at a pass, its own ideal without replay, and the pass
   after which its Kustomization can go (the first with nothing refused) with or without.
+- A stack whose CRD stays (Argo CD deletes no CRD when it deletes an Application; design/criticalservice.md
+  §6): the same orders over what the deleter deletes, the CRD left out of `paths` (and so of the order).
+  `run_order(..., settle=True)` is Argo CD's own order without replay: nothing is sent while anything sent
+  is still there (its controller sends nothing while any object it tracks has a deletionTimestamp,
+  https://github.com/argoproj/argo-cd/blob/v3.2.3/controller/appcontroller.go#L1234-L1238).
 """
 
 from __future__ import annotations
@@ -131,9 +136,10 @@ class Timeline:
 
 def run_order(client: Any, paths: Mapping[str, str], order: Order, *, stopping: threading.Event,
               timeout: float = 300.0, propagation: str = "Background", grid: tuple[float, ...] = (),
-              on_first_delete: Any = None) -> Timeline:
+              settle: bool = False, on_first_delete: Any = None) -> Timeline:
     """Play `order` on `paths` until every path is gone (or `stopping`, or `timeout`). With `grid`, DELETEs are
-    sent only in the first round at or after each of its times."""
+    sent only in the first round at or after each of its times; with `settle`, only in a round where every
+    object already sent is gone."""
     started = time.time()
     line = Timeline(started)
     options = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
@@ -150,6 +156,8 @@ def run_order(client: Any, paths: Mapping[str, str], order: Order, *, stopping: 
             break
         now = time.time() - started
         due = not grid or (next_pass < len(grid) and now >= grid[next_pass])
+        if settle and not set(line.sent) <= set(line.gone):
+            due = False
         if due:
             sent_any = False
             for key in sorted(order.ready(line.gone, line.sent)):

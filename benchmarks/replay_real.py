@@ -31,9 +31,26 @@ The deleters are the simulator's (criticalsvc/sim/clients.py), played for real:
     helm           `helm uninstall` (helm v3.22.0, tests/realcluster/helm.py) of a release holding the whole story
                    (the CRD in templates/, the CRs added by an upgrade): one pass in Helm's uninstall order by kind,
                    never retried (design/helm.md); the simulator's HelmUninstall client models the same path
+    argocd         Argo CD v3.2.3's application controller and repo-server, the real binary (tests/realcluster/
+                   argocd.py): the story synced by an Application (resources-finalizer.argocd.argoproj.io) from a
+                   local Git repository, then the Application deleted; Argo CD sends its DELETEs Foreground, the
+                   whole sync wave at once, nothing while any of them terminates, and retries a refused pass on its
+                   next refresh. It never deletes the CRD, so this case's story is the one design/criticalservice.md
+                   §6 gives Argo CD users: the CriticalService's SpecificResource criterion on the CRD replaced by
+                   Resources on the CR type (met once no instance is left, the CRD may stay). Done means everything
+                   Argo CD deletes is gone and the Application with it; the CRD staying is reported, not waited for.
+                   Its ideals (benchmarks/ideal.py) are played on that same story without the CRD: ideal-crd-stays
+                   the tool-neutral one, ideal-argocd Argo CD's order with replay (Foreground; the gate re-sends
+                   what a pass had refused the moment it may go), ideal-argocd-passes without (also nothing sent
+                   while anything sent is still there). Argo CD runs only for these cases (built by
+                   `python -m tests.realcluster build --argocd`)
 
 Makespan: from the deleter's first DELETE until every object of the story (and its root) is seen gone,
-polled every ~100 ms. A case is "stuck" after STUCK_CAP s, or, once its deleter has nothing left to do
+polled every ~100 ms (for Argo CD: its controller's first DELETE, when the gate got it, until everything
+but the CRD is gone; from the user's DELETE of the Application to that first DELETE is `reactionSeconds`).
+Foreground cases (the Argo CD ones) start once the garbage collector watches the CR type, as on any
+cluster whose CRD is older than the collector's 30 s discovery sync (`_wait_for_the_garbage_collector`).
+A case is "stuck" after STUCK_CAP s, or, once its deleter has nothing left to do
 (the kubectl pass has exited, a retrying deleter has had every DELETE accepted), after QUIET s in which
 no object appeared, vanished or changed its deletion state: only the controllers could still move it,
 and within QUIET they would have. The garbage collector never counts as done (its backoff grows to
@@ -103,7 +120,15 @@ CROSSPLANE_ORDER = threading.Event()
 # The ideals (benchmarks/ideal.py): "ideal" is the tool-neutral one; the others are a deleter's own order.
 IDEALS: dict[str, Callable[..., ideal.Order]] = {
     "ideal": ideal.neutral, "ideal-one-pass": ideal.one_pass, "ideal-foreground": ideal.one_pass,
-    "ideal-namespaces": ideal.namespaces, "ideal-flux": ideal.one_pass}
+    "ideal-namespaces": ideal.namespaces, "ideal-flux": ideal.one_pass, "ideal-crd-stays": ideal.neutral,
+    "ideal-argocd": ideal.neutral, "ideal-argocd-passes": ideal.neutral}
+# The deleters that never delete the story's CRD, and the ideals played on their story (the CRD left out).
+CRD_STAYS = frozenset({"argocd", "ideal-crd-stays", "ideal-argocd", "ideal-argocd-passes"})
+FOREGROUND = frozenset({"ideal-foreground", "ideal-argocd", "ideal-argocd-passes"})
+# Only on the real control plane: the simulator's table (benchmarks/replay.py) runs the reference story, whose
+# criterion on the CRD Argo CD never meets (its ArgoCDApplication client would be stuck by design).
+REAL_CASES = (("argocd", False), ("argocd", True))
+ALL_CASES = (*CASES, *REAL_CASES)
 
 
 def own_ideal(deleter: str, replay: bool) -> str:
@@ -115,7 +140,15 @@ def own_ideal(deleter: str, replay: bool) -> str:
         return "ideal-namespaces"
     if deleter == "flux" and not replay:
         return "ideal-flux"
+    if deleter == "argocd":
+        return "ideal-argocd" if replay else "ideal-argocd-passes"
     return "ideal-one-pass"
+
+
+def neutral_ideal(deleter: str) -> str:
+    """The tool-neutral ideal a deleter is compared with: of the same story, so of the one whose CRD stays for a
+    deleter that never deletes it."""
+    return "ideal-crd-stays" if deleter in CRD_STAYS else "ideal"
 
 
 # --- deleters -------------------------------------------------------------------------------------------
@@ -160,9 +193,10 @@ class OrderDeleter(Deleter):
     the garbage collector to drop `foregroundDeletion`), which no ordering can save."""
 
     def __init__(self, client: Any, paths: dict[str, str], order: ideal.Order, *, propagation: str = "Background",
-                 grid: tuple[float, ...] = ()) -> None:
+                 grid: tuple[float, ...] = (), settle: bool = False) -> None:
         super().__init__(f"ideal-{order.name}")
         self.client, self.paths, self.order, self.propagation, self.grid = client, paths, order, propagation, grid
+        self.settle = settle
         self.timeline: ideal.Timeline | None = None
 
     def work(self) -> None:
@@ -171,7 +205,7 @@ class OrderDeleter(Deleter):
 
         self.timeline = ideal.run_order(self.client, self.paths, self.order, stopping=self.stopping,
                                         timeout=STUCK_CAP, propagation=self.propagation, grid=self.grid,
-                                        on_first_delete=first)
+                                        settle=self.settle, on_first_delete=first)
         self.refusals = self.timeline.refusals
         self.done = True
 
@@ -245,6 +279,24 @@ class ManifestWorkDeleter(Deleter):
         self.teardown.stopping = self.stopping
         self.first_delete = time.time()
         self.teardown.run()
+
+
+class ArgoCDDeleter(Deleter):
+    """The user's DELETE of the Application; Argo CD's controller does the rest (a refused pass is tried again on
+    its next refresh), so this deleter is never `done`: the case ends when all it deletes is gone. Its first DELETE
+    is the controller's (`measure` reads it from the gate's log: every pass sends the whole wave at once, so the
+    provider's DELETE is in the first); `requested` keeps the user's, and the gap is Argo CD's reaction."""
+
+    def __init__(self, client: Any, application_path: str) -> None:
+        super().__init__("argocd")
+        self.client, self.path = client, application_path
+        self.requested: float | None = None
+
+    def work(self) -> None:
+        response = self._send_delete(self.client, self.path)
+        self.requested = self.first_delete
+        if response.status_code not in (200, 202):
+            raise AssertionError(f"DELETE {self.path}: {response.status_code} {response.text}")
 
 
 class FluxDeleter(Deleter):
@@ -321,14 +373,29 @@ class Bundle:
     story: Any  # tests.realcluster.teardown.Story
     root: str | None = None
     extra: tuple[tuple[str, str], ...] = ()  # (key, path) of objects beside the story's: the ManifestWork's
+    # Keys of the story's objects its deleter never deletes (Argo CD: the CRD): not waited for, only reported.
+    stays: tuple[str, ...] = ()
 
     @property
     def root_path(self) -> str | None:
         return f"{CLUSTER_ROLES}/{self.root}" if self.root else None
 
+    def story_paths(self) -> dict[str, str]:
+        """The story's objects the teardown deletes (all of them, but what `stays`)."""
+        return {k: p for k, p in self.story.paths().items() if k not in self.stays}
+
+    def dependents(self) -> dict[str, list[str]]:
+        """The story's safe order among what the teardown deletes."""
+        return {k: [d for d in v if d not in self.stays] for k, v in self.story.dependents().items()
+                if k not in self.stays}
+
     def paths(self) -> dict[str, str]:
-        paths: dict[str, str] = self.story.paths() | dict(self.extra)
+        """Everything the teardown waits for: the story's objects it deletes, the tool's records, the root."""
+        paths: dict[str, str] = self.story_paths() | dict(self.extra)
         return paths | ({f"ClusterRole/{self.root}": f"{CLUSTER_ROLES}/{self.root}"} if self.root else {})
+
+    def stayed(self) -> dict[str, str]:
+        return {k: p for k, p in self.story.paths().items() if k in self.stays}
 
     def namespace_targets(self) -> dict[str, str]:
         """The namespace deleter's targets: the namespaces and what lives outside them."""
@@ -338,9 +405,11 @@ class Bundle:
         return {k: p for k, p in self.story.paths().items() if k in keep}
 
 
-def make_bundle(cluster: Any, suffix: str, *, replay: bool, owned: bool) -> Bundle:
+def make_bundle(cluster: Any, suffix: str, *, replay: bool, owned: bool, crd_stays: bool = False) -> Bundle:
     """The renamed reference story, edited as benchmarks/replay.py's story_text edits the original; an owned
-    story's root is created first, since an ownerReference needs its owner's UID on a real API server."""
+    story's root is created first, since an ownerReference needs its owner's UID on a real API server. With
+    `crd_stays`, the story of a deleter that never deletes the CRD: the CriticalService waits for no CR left
+    (Resources on the CR type) instead of for the CRD (design/criticalservice.md §6), and the CRD `stays`."""
     from tests.realcluster.teardown import Story
 
     story = Story.make(suffix)
@@ -361,10 +430,15 @@ def make_bundle(cluster: Any, suffix: str, *, replay: bool, owned: bool) -> Bund
         if d["kind"] == "CriticalService" and CROSSPLANE_ORDER.is_set():
             # Crossplane's order: the provider waits for its CRs' finalizer only, not for their CRD to be gone.
             d["spec"]["criteria"] = [c for c in d["spec"]["criteria"] if c["type"] != "SpecificResource"]
+        if d["kind"] == "CriticalService" and crd_stays:
+            d["spec"]["criteria"] = [c if c["type"] != "SpecificResource" else {
+                "type": "Resources", "resources": {"group": story.group, "resource": "coolresources"}}
+                for c in d["spec"]["criteria"]]
         if root is not None:
             d["metadata"]["ownerReferences"] = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                                                  "name": root, "uid": uid, "blockOwnerDeletion": True}]
-    return Bundle(attrs.evolve(story, text=yaml.safe_dump_all(docs, sort_keys=False)), root)
+    stays = (f"CustomResourceDefinition/{story.crd_name}",) if crd_stays else ()
+    return Bundle(attrs.evolve(story, text=yaml.safe_dump_all(docs, sort_keys=False)), root, stays=stays)
 
 
 def _replay_permitted(client: Any, name: str) -> bool:
@@ -391,6 +465,8 @@ class Outcome:
     # When the last of the objects every tool is timed on was seen gone (benchmarks/ideal.py `counted`).
     workload_gone: float | None = None
     timeline: Any = None  # an ideal's: benchmarks/ideal.py Timeline
+    stayed: tuple[str, ...] = ()  # what the deleter never deletes (Bundle.stays), seen still there at the end
+    reaction: float | None = None  # Argo CD: from the user's DELETE of the Application to the controller's first
 
 
 class GateLog:
@@ -499,6 +575,8 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
             time.sleep(POLL)
     finally:
         deleter.stop()
+        stayed = tuple(k.replace(f"-{story.suffix}", "") for k, p in bundle.stayed().items()
+                       if cluster.admin.exists(p))
         leftover = cleanup(cluster, bundle)
         controller.stop()
     refusals, replayed = deleter.refusals, 0
@@ -507,7 +585,7 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
     for entry in log.since_mark():
         if entry.get("event") == "deletion replayed" and str(entry.get("object", "")).endswith(suffix):
             replayed += 1
-        elif (isinstance(deleter, (RootDeleter, ManifestWorkDeleter, FluxDeleter, HelmDeleter))
+        elif (isinstance(deleter, (RootDeleter, ManifestWorkDeleter, FluxDeleter, HelmDeleter, ArgoCDDeleter))
               and entry.get("event") == "decision"
               and entry.get("result") == "denied"
               and entry.get("operation") == "DELETE" and not entry.get("dry_run")
@@ -516,6 +594,16 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
               and not (isinstance(deleter, HelmDeleter) and _logged_after(entry, deleter.ended))):
             refusals += 1
             refused.append(f"{entry.get('resource')}/{entry.get('name')}".replace(suffix, ""))
+    reaction = None
+    if isinstance(deleter, ArgoCDDeleter) and deleter.requested is not None:
+        from tests.realcluster.argocd import CONTROLLER_USER
+
+        sent = [_arrived(e) for e in log.since_mark() if e.get("event") == "decision"
+                and e.get("operation") == "DELETE" and e.get("user") == CONTROLLER_USER
+                and str(e.get("name", "")).endswith(suffix)]
+        if sent:
+            deleter.first_delete = min(sent)
+            reaction = round(deleter.first_delete - deleter.requested, 2)
     if leftover:
         print(f"  cleanup left {', '.join(leftover)} behind", file=sys.stderr, flush=True)
     if deleter.first_delete is None:
@@ -523,12 +611,19 @@ def measure(cluster: Any, log: GateLog, bundle: Bundle, deleter: Deleter, *, fin
     gone = {k.replace(suffix, ""): round(t - deleter.first_delete, 2)
             for k, t in sorted(gone_at.items(), key=lambda kv: kv[1])}
     if why:
-        return Outcome(False, None, refusals, replayed, why, gone, refused=tuple(refused))
-    stack = last_gone(gone_at, story.paths()) - deleter.first_delete
-    workload = last_gone(gone_at, ideal.counted(story.paths())) - deleter.first_delete
+        return Outcome(False, None, refusals, replayed, why, gone, refused=tuple(refused), stayed=stayed,
+                       reaction=reaction)
+    stack = last_gone(gone_at, bundle.story_paths()) - deleter.first_delete
+    workload = last_gone(gone_at, ideal.counted(bundle.story_paths())) - deleter.first_delete
     return Outcome(True, max(gone_at.values()) - deleter.first_delete, refusals, replayed, gone=gone,
                    stack_gone=stack, refused=tuple(refused), workload_gone=workload,
-                   timeline=getattr(deleter, "timeline", None))
+                   timeline=getattr(deleter, "timeline", None), stayed=stayed, reaction=reaction)
+
+
+def _arrived(entry: dict[str, Any]) -> float:
+    """When the gate got the request it logged in `entry`: its `time` (UTC, ISO 8601 with a Z) less `latency_ms`."""
+    logged = datetime.datetime.fromisoformat(entry["time"]).timestamp()
+    return float(logged - float(entry.get("latency_ms") or 0) / 1000)
 
 
 def _logged_after(entry: dict[str, Any], moment: float | None) -> bool:
@@ -547,7 +642,7 @@ def cleanup(cluster: Any, bundle: Bundle) -> list[str]:
     """Delete whatever the case left (the finalizer controller still running); the keys still there."""
     from tests.realcluster.teardown import RepeatingDeleter
 
-    left = {k: p for k, p in bundle.paths().items() if cluster.admin.exists(p)}
+    left = {k: p for k, p in (bundle.paths() | bundle.stayed()).items() if cluster.admin.exists(p)}
     for key, path in left.items():
         if key in dict(bundle.extra):  # the agent's finalizers: nobody else removes them
             cluster.admin.merge_patch(path, {"metadata": {"finalizers": None}})
@@ -558,12 +653,12 @@ def cleanup(cluster: Any, bundle: Bundle) -> list[str]:
 
 
 def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: str,
-             finalizer_delay: float = 0.0, flux_server: Any = None, helm: Any = None) -> Outcome:
+             finalizer_delay: float = 0.0, flux_server: Any = None, helm: Any = None, argo: Any = None) -> Outcome:
     from tests.realcluster.manifestwork import ManifestWorkAgent
     from tests.realcluster.teardown import apply_story, wait_for
 
     owned = deleter.startswith("gc-")
-    bundle = make_bundle(cluster, suffix, replay=replay, owned=owned)
+    bundle = make_bundle(cluster, suffix, replay=replay, owned=owned, crd_stays=deleter in CRD_STAYS)
     story = bundle.story
     applied = None
     if deleter == "manifestwork":
@@ -599,18 +694,36 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
         helm.install(f"story-{suffix}", write_chart(helm.home / "charts" / suffix, "story", story.objects))
         wait_for(lambda: cluster.admin.delete(story.deployment_path, params={"dryRun": "All"}).status_code == 403,
                  timeout=60, what=f"the gate to protect {story.deployment_path}")
+    elif deleter == "argocd":
+        from tests.realcluster.argocd import Application, GitRepository
+
+        done = cluster.kubectl("apply", "-f", "-", input=story.reader_role())
+        if done.returncode != 0:
+            raise AssertionError(f"applying the reader role: {done.stderr}")
+        repo = GitRepository(argo.directory / "git" / suffix).init()
+        revision = repo.commit({"story.yaml": story.text}, "the story")
+        app = Application(cluster.admin, f"story-{suffix}", repo.url)
+        app.create()
+        bundle = attrs.evolve(bundle, extra=(("Application", app.url),))
+        wait_for(lambda: argo.check_alive() or app.synced(revision), timeout=300, interval=0.5,
+                 what=f"{app.url} Synced at {revision}")
+        wait_for(lambda: cluster.admin.delete(story.deployment_path, params={"dryRun": "All"}).status_code == 403,
+                 timeout=60, what=f"the gate to protect {story.deployment_path}")
     else:
         apply_story(cluster.kubectl, cluster.admin, story)
+    if deleter in FOREGROUND or deleter == "argocd":
+        _wait_for_the_garbage_collector(cluster.admin, story)
     if replay:
         wait_for(lambda: _replay_permitted(cluster.admin, story.critical_service), timeout=60,
                  what=f"{story.critical_service}: ReplayPermitted=True")
     client = cluster.admin
     running: Deleter
     if deleter in IDEALS:
-        order = IDEALS[deleter](story.paths(), story.dependents())
-        running = OrderDeleter(client, story.paths(), order,
-                               propagation="Foreground" if deleter == "ideal-foreground" else "Background",
-                               grid=ideal.flux_passes() if deleter == "ideal-flux" else ())
+        order = IDEALS[deleter](bundle.story_paths(), bundle.dependents())
+        running = OrderDeleter(client, bundle.story_paths(), order,
+                               propagation="Foreground" if deleter in FOREGROUND else "Background",
+                               grid=ideal.flux_passes() if deleter == "ideal-flux" else (),
+                               settle=deleter == "ideal-argocd-passes")
     elif deleter in ("kubectl", "kubectl-rerun"):
         running = KubectlDeleter(cluster.kubectl, story.text, repeat=RERUN if deleter == "kubectl-rerun" else None)
     elif deleter == "manifestwork":
@@ -619,6 +732,8 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
         running = FluxDeleter(client, dict(bundle.extra)["Kustomization"])
     elif deleter == "helm":
         running = HelmDeleter(helm, f"story-{suffix}")
+    elif deleter == "argocd":
+        running = ArgoCDDeleter(client, dict(bundle.extra)["Application"])
     elif deleter == "namespace":
         running = BackoffDeleter(client, bundle.namespace_targets(), propagation="Background")
     elif owned and bundle.root_path is not None:
@@ -631,12 +746,32 @@ def run_case(cluster: Any, log: GateLog, deleter: str, *, replay: bool, suffix: 
     return outcome
 
 
+def _wait_for_the_garbage_collector(client: Any, story: Any) -> None:
+    """Wait until the garbage collector watches the story's CR type, as it does for any CRD older than its discovery
+    sync (every 30 s, kube-controller-manager core.go `syncPeriod`,
+    https://github.com/kubernetes/kubernetes/blob/v1.37.2/cmd/kube-controller-manager/app/core.go#L694-L705).
+    Until then a CR deleted Foreground keeps its foregroundDeletion finalizer (measured: it went ~5 s later, with its
+    namespace's content), so Foreground teardowns timed before and after that sync differ by ~5 s (Argo CD's slower
+    set-up made it land on either side). A probe CR, deleted Foreground, is gone once the collector handles the type."""
+    from tests.realcluster.teardown import wait_for
+
+    crs = f"/apis/{story.group}/v1/namespaces/{story.cr_namespace}/coolresources"
+    created = client.create(crs, {"apiVersion": f"{story.group}/v1", "kind": "CoolResource",
+                                  "metadata": {"name": "gc-probe", "namespace": story.cr_namespace}})
+    if created.status_code != 201:
+        raise AssertionError(f"creating the probe in {crs}: {created.status_code} {created.text}")
+    client.delete(f"{crs}/gc-probe", body={"kind": "DeleteOptions", "apiVersion": "v1",
+                                           "propagationPolicy": "Foreground"})
+    wait_for(lambda: not client.exists(f"{crs}/gc-probe"), timeout=90, interval=0.2,
+             what=f"the garbage collector to delete {crs}/gc-probe (Foreground)")
+
+
 # --- the table -----------------------------------------------------------------------------------------
 def run(runs: int = 1, only: tuple[str, ...] = (), *, slow: bool = True) -> dict[str, Any]:
     """Every case of benchmarks/replay.py `runs` times on one real control plane; rows as its sim_table's.
     `only`: just those deleters (and the ideal each ratio needs); the slow-finalizer table only if one of
     its cases is among them."""
-    cases = [c for c in CASES if not only or c[0] in only]
+    cases = [c for c in (CASES if not only else ALL_CASES) if not only or c[0] in only]
     slow_cases = [c for c in SLOW_CASES if slow and (not only or c[0] in only)]
     from tests.realcluster import build
     from tests.realcluster.cluster import real_cluster
@@ -667,6 +802,13 @@ def run(runs: int = 1, only: tuple[str, ...] = (), *, slow: bool = True) -> dict
             if binary is None:
                 return {"skipped": build.missing_toolchain() or "helm is not built"}
             helm = helmcli.Helm(binary, Path(tmp) / "helm", cluster.kubeconfig, "default")
+        argo = None
+        if any(d == "argocd" for d, _ in cases):
+            from tests.realcluster import argocd
+
+            if build.cached_argocd() is None and build.missing_toolchain() is not None:
+                return {"skipped": build.missing_toolchain() or "Argo CD is not built"}
+            argo = running.enter_context(argocd.running(cluster.plane, Path(tmp) / "argocd"))
         from tests.realcluster import ocmcrds
         from tests.realcluster.manifestwork import ManifestWorkAgent
         from tests.realcluster.teardown import replay_grant
@@ -677,7 +819,7 @@ def run(runs: int = 1, only: tuple[str, ...] = (), *, slow: bool = True) -> dict
         ManifestWorkAgent(cluster.admin).install_crds(cluster.kubectl, [p.read_text() for p in ocmcrds.ensure_crds()])
         log = GateLog(cluster.gate.replicas[0].process.log_path)
         needed = ["ideal", *sorted({own_ideal(d, r) for d, r in cases} | {record_ideal(d, r) for d, r in cases}
-                                     - {"ideal"})]
+                                     | {neutral_ideal(d) for d, _ in cases} - {"ideal"})]
         for r in range(runs):
             ideals: dict[str, Outcome] = {}
             for name in needed:
@@ -692,7 +834,7 @@ def run(runs: int = 1, only: tuple[str, ...] = (), *, slow: bool = True) -> dict
             runs_ideals.append(ideals)
             for deleter, replay in cases:
                 outcome = run_case(cluster, log, deleter, replay=replay, flux_server=flux_server, helm=helm,
-                                   suffix=f"{deleter}-{'on' if replay else 'off'}-{r}")
+                                   argo=argo, suffix=f"{deleter}-{'on' if replay else 'off'}-{r}")
                 outcomes[deleter, replay].append(outcome)
                 _progress(f"run {r + 1}/{runs} {deleter} replay {'on' if replay else 'off'}", outcome, base.makespan)
             if not slow_cases:
@@ -712,6 +854,9 @@ def run(runs: int = 1, only: tuple[str, ...] = (), *, slow: bool = True) -> dict
     # Beside the table's rows: per case and run, why it was stuck and when each object was seen gone.
     details = {f"{d} replay {'on' if r else 'off'}": [({"stuck": o.why} if o.why else {}) | {"goneAfter": o.gone}
                                                      | ({"refused": list(o.refused)} if o.refused else {})
+                                                     | ({"stayed": list(o.stayed)} if o.stayed else {})
+                                                     | ({"reactionSeconds": o.reaction} if o.reaction is not None
+                                                        else {})
                                                      for o in outcomes[d, r]] for d, r in cases}
     details |= {f"{d} replay {'on' if r else 'off'}, slow finalizer": [
         ({"stuck": o.why} if o.why else {}) | {"goneAfter": o.gone} for o in slow[d, r]] for d, r in slow_cases}
@@ -744,9 +889,10 @@ def ideal_row(case: tuple[str, bool], outcomes: list[Outcome], ideals: list[dict
     """A case against the tool-neutral ideal and against its own order's ideal, each of its own run: the workload
     (benchmarks/ideal.py `counted`) gone, and everything gone (the tool's records too, the CriticalService)."""
     deleter, replay = case
-    own, record = own_ideal(deleter, replay), record_ideal(deleter, replay)
+    own, record, neutral = own_ideal(deleter, replay), record_ideal(deleter, replay), neutral_ideal(deleter)
     row: dict[str, Any] = {"deleter": deleter, "replay": replay, "seeds": len(outcomes),
                            "completed": sum(o.completed for o in outcomes), "ownIdeal": own, "recordIdeal": record,
+                           "neutralIdeal": neutral,
                            "refusals": round(statistics.mean(o.refusals for o in outcomes), 1),
                            "replayed": round(statistics.mean(o.replayed for o in outcomes), 1)}
     pairs = list(zip(outcomes, ideals, strict=True))
@@ -757,9 +903,9 @@ def ideal_row(case: tuple[str, bool], outcomes: list[Outcome], ideals: list[dict
         return round(statistics.mean(xs), 3)
 
     row |= {"workloadSeconds": mean(o.workload_gone or 0.0 for o in outcomes),
-            "neutralSeconds": mean(i["ideal"].workload_gone or 0.0 for i in ideals),
+            "neutralSeconds": mean(i[neutral].workload_gone or 0.0 for i in ideals),
             "ownSeconds": mean(i[own].workload_gone or 0.0 for i in ideals),
-            "ratioNeutral": mean((o.workload_gone or 0.0) / (i["ideal"].workload_gone or 1.0) for o, i in pairs),
+            "ratioNeutral": mean((o.workload_gone or 0.0) / (i[neutral].workload_gone or 1.0) for o, i in pairs),
             "ratioOwn": mean((o.workload_gone or 0.0) / (i[own].workload_gone or 1.0) for o, i in pairs),
             "allGoneSeconds": mean(o.makespan or 0.0 for o in outcomes),
             "recordIdealSeconds": mean(i[record].makespan or 0.0 for i in ideals),
@@ -851,7 +997,7 @@ def main(argv: list[str]) -> int:
                         help="the reference story without its criterion on the CRD (the provider waits for its "
                              "CRs only, as a Crossplane provider); the ideals keep the safety check's order")
     parser.add_argument("--only", action="append", default=[], metavar="DELETER",
-                        choices=sorted({d for d, _ in CASES}),
+                        choices=sorted({d for d, _ in ALL_CASES}),
                         help="measure just this deleter (repeatable; the ideal always runs)")
     args = parser.parse_args(argv)
     if args.crossplane_order:

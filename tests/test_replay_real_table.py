@@ -29,3 +29,26 @@ def test_a_stuck_manifestwork_teardown_has_no_ratios() -> None:
     assert "stackGoneSeconds" not in row and "makespanSeconds" not in row
     assert stack_table([row], "t").splitlines()[2].split() == ["off", "0/1", "8.00", "stuck", "-", "-", "stuck", "-",
                                                              "-"]
+
+
+def test_a_story_whose_crd_stays_is_done_without_it_and_timed_against_the_ideals_of_that_story() -> None:
+    """Argo CD's case (the CRD stays): its bundle neither waits for the CRD nor orders anything by it, the ideals
+    played on it never send the CRD's DELETE, and its row compares with the neutral ideal of that story."""
+    from benchmarks import ideal
+    from benchmarks.replay_real import Bundle, ideal_row, neutral_ideal, own_ideal
+    from tests.realcluster.teardown import Story
+
+    story = Story.make("t")
+    crd = f"CustomResourceDefinition/{story.crd_name}"
+    bundle = Bundle(story, extra=(("Application", "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/a"),),
+                    stays=(crd,))
+    assert crd in story.paths() and crd not in bundle.paths() and set(bundle.stayed()) == {crd}
+    assert "Application" in bundle.paths() and not any(crd in v for v in bundle.dependents().values())
+    assert crd not in ideal.neutral(bundle.story_paths(), bundle.dependents()).targets
+    assert (neutral_ideal("argocd"), own_ideal("argocd", True), own_ideal("argocd", False)) == (
+        "ideal-crd-stays", "ideal-argocd", "ideal-argocd-passes")
+    assert neutral_ideal("helm") == "ideal"
+    ideals = {name: Outcome(True, 6.0, 0, 0, workload_gone=w) for name, w in
+              (("ideal", 9.0), ("ideal-crd-stays", 5.0), ("ideal-argocd", 6.0), ("ideal-argocd-passes", 10.0))}
+    row = ideal_row(("argocd", True), [Outcome(True, 6.5, 3, 3, workload_gone=6.3)], [ideals])
+    assert (row["neutralSeconds"], row["ratioNeutral"], row["ownSeconds"], row["ratioOwn"]) == (5.0, 1.26, 6.0, 1.05)

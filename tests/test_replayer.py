@@ -240,3 +240,38 @@ def test_the_facts_status_reads_change_with_the_intents_and_the_permission_check
     assert replayer.facts == allowed  # checked again, same answer: nothing to show
     replayer._access[DEPLOYMENTS] = (NOW + 120, False, "forbidden")
     assert replayer.facts != allowed
+
+
+@pytest.mark.anyio
+async def test_the_intents_due_in_a_round_are_replayed_together_not_one_after_the_other():
+    """A provider and its namespace, both due: the namespace's DELETE is sent while the provider's is still in flight
+    (a deleter's DELETEs of what may go, at once), not after it has been answered, recorded and announced."""
+    import asyncio
+
+    namespace_path = "/api/v1/namespaces/op-system"
+
+    class SlowProviderDelete(FakeAPI):
+        """The provider's DELETE is answered only once the namespace's has arrived (at most 2 s)."""
+
+        def __init__(self, objects: Mapping[str, Mapping[str, Any]]) -> None:
+            super().__init__(objects)
+            self.namespace_sent = asyncio.Event()
+
+        async def send(self, verb: str, path: str, payload: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+            if verb == "DELETE" and path == namespace_path:
+                self.namespace_sent.set()
+            elif verb == "DELETE" and path == OBJECT:
+                await asyncio.wait_for(self.namespace_sent.wait(), timeout=2)
+            return await super().send(verb, path, payload, **kw)
+
+    api = SlowProviderDelete({OBJECT: deployment(UID), namespace_path: {
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "op-system", "uid": "ns-uid"}}})
+    replayer, events = replayer_over(api)
+    namespace = replay.DeletionIntent(ObjectRef(NAMESPACES, "", "op-system"), "ns-uid", "alice", NOW - 10, None,
+                                      ("op",), armed_at=NOW - 5)
+    record = replay.to_record(namespace, namespace=GATE_NAMESPACE)
+    api.put(f"{RECORDS}/{record['metadata']['name']}", record)
+    await replayer.round()
+    assert OBJECT not in api.objects and namespace_path not in api.objects
+    assert replayer.replays == 2 and records(api) == [] and replayer.intents == []
+    assert reasons(events) == [("DeletionReplayed", "Normal")] * 2

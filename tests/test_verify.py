@@ -25,6 +25,7 @@ import pytest
 from criticalsvc import graph
 from criticalsvc.cli import main
 from criticalsvc.sim.cluster import Cluster
+from criticalsvc.verify import oracle
 from criticalsvc.verify.configurations import BOUNDS, Bound, Configuration, Service, configurations, parse_bound
 from criticalsvc.verify.explorer import DELETERS, admitted, explore, family, run_one
 from criticalsvc.verify.interleavings import ChoiceRandom, paths
@@ -100,13 +101,33 @@ def test_negative_control_without_the_crd_edge_the_explorer_finds_the_crd_cycle(
     bound = Bound(services=2, criteria=1, providers=("deploy", "widget"), criteria_menu=("crd", "deploy"), depth=0)
     report = explore(bound)
     found = {(f.minimal.deleter, f.minimal.replay): f.minimal for f in report.findings.values()}
-    # kubectl once and helm without replay leave what they were refused, as documented; every other way must finish.
-    assert set(found) == {(d, r) for d in DELETERS for r in (False, True)} - {("kubectl", False), ("helm", False)}, \
-        report.summary()
+    # kubectl once and helm without replay leave what they were refused, as documented; Argo CD never deletes the CRD
+    # the cycle runs through, so the Deployment waiting for it stays under Argo CD anyway (§6); every other way must
+    # finish.
+    assert set(found) == ({(d, r) for d in DELETERS for r in (False, True)} - {("kubectl", False), ("helm", False)}
+                          - {("argocd", False), ("argocd", True)}), report.summary()
     for m in found.values():
         assert m.config.services == CRD_CYCLE.services, m.config.label()
         assert m.properties == {"liveness"}
         assert any("deployments.apps a/d stays" in v.text for v in m.violations)
+
+
+@pytest.mark.parametrize("deleter", ["argocd", "argocd-background"])
+def test_under_argo_cd_the_crd_may_stay_and_what_waits_for_it_with_it(monkeypatch, deleter):
+    """Argo CD never deletes a CRD: a teardown that leaves only the CRD (the provider waits for no Widget left) and one
+    that leaves the CRD and what waits for it (a criterion on the CRD itself) are what the docs say (§6), not stuck;
+    without that notion of done the oracle would call both stuck."""
+    def judged(criterion: str) -> tuple[str, ...]:
+        run = next(family(Configuration((Service("deploy", (criterion,)),)), deleter=deleter, replay=True, depth=0))
+        assert not run.completed  # the CRD is still there
+        return tuple(v.text for v in run.violations)
+
+    assert judged("widgets") == () and judged("crd") == ()
+    monkeypatch.setattr(oracle, "KEEP_CRDS", frozenset())
+    only_crd, with_waiters = judged("widgets"), judged("crd")
+    crd = "customresourcedefinitions.apiextensions.k8s.io widgets.ex.com stays"
+    assert len(only_crd) == 1 and only_crd[0].startswith(crd), only_crd
+    assert any(t.startswith("deployments.apps a/d stays") for t in with_waiters), with_waiters
 
 
 def test_negative_control_without_the_gate_the_explorer_finds_an_unsafe_teardown():

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import InvalidInput
 from ..sim.cluster import Cluster
 from ..verify.configurations import BOUNDS, parse_bound
-from ..verify.explorer import DELETERS, Report, explore
+from ..verify.explorer import DELETERS, EXTRA_DELETERS, Report, explore
 
 
 def register(sub: Any) -> None:
@@ -35,8 +35,9 @@ def register(sub: Any) -> None:
                         "protected=yes|no, providers and criteria_menu (+-separated keys), "
                         "enforcement=providers|all|off (whose leader's steps to explore with a lagging API server), "
                         "e.g. large,depth=3")
-    p.add_argument("--deleter", action="append", choices=DELETERS, metavar="DELETER",
-                   help=f"only these deleters (repeatable; default all: {', '.join(DELETERS)})")
+    p.add_argument("--deleter", action="append", choices=(*DELETERS, *EXTRA_DELETERS), metavar="DELETER",
+                   help=f"only these deleters (repeatable; default: {', '.join(DELETERS)}; also "
+                        f"{', '.join(EXTRA_DELETERS)})")
     p.add_argument("--limit", type=int, default=5000, metavar="N",
                    help="at most N interleavings per configuration, deleter and replay mode (default 5000; a family "
                         "cut there is counted in the summary)")

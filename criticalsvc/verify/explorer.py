@@ -17,7 +17,12 @@ points, so every order a user may write is explored), `kubectl-repeat` (re-run e
 (Flux's kustomize-controller finalizing a deleted Kustomization whose inventory is the bundle: every object each
 pass in ssa's reverse apply order, the whole pass repeated on its rate limiter after a refusal; deletionPolicy
 MirrorPrune, criticalsvc/sim/clients.py FluxKustomization) and `helm` (`helm uninstall` of a release that is the
-bundle: one pass in Helm's uninstall order by kind, no retry, criticalsvc/sim/clients.py HelmUninstall).
+bundle: one pass in Helm's uninstall order by kind, no retry, criticalsvc/sim/clients.py HelmUninstall) and `argocd`,
+`argocd-background` (Argo CD finalizing a deleted Application whose managed objects are the bundle: the highest sync
+wave at a time, nothing while any of them terminates, never a CRD; Foreground, or Background with the `/background`
+finalizer; criticalsvc/sim/clients.py ArgoCDApplication). `argocd-background` is explored only when asked for
+(`--deleter argocd-background`, EXTRA_DELETERS): it differs from `argocd` only in the propagation of its DELETEs, and
+the pair doubled Argo CD's share of the CI bounds' time (about 11 s of CPU each over `ci`, `ci-pairs`, `ci-triples`).
 """
 
 from __future__ import annotations
@@ -48,10 +53,12 @@ from .configurations import (
 from .interleavings import ChoiceRandom, Path, paths, render
 from .oracle import Oracle, Violation
 
-DELETERS = ("kubectl", "kubectl-repeat", "namespace", "manifestwork", "gc", "flux", "helm")
+DELETERS = ("kubectl", "kubectl-repeat", "namespace", "manifestwork", "gc", "flux", "helm", "argocd")
+EXTRA_DELETERS = ("argocd-background",)  # explored only when named (module docstring)
 REPEAT = 30.0  # kubectl-repeat: a person re-running `kubectl delete -f` every 30 s
 CLIENT = {"kubectl": "kubectl", "kubectl-repeat": "kubectl", "namespace": "namespace", "manifestwork": "manifestwork",
-          "gc": "gc-background", "flux": "flux", "helm": "helm"}
+          "gc": "gc-background", "flux": "flux", "helm": "helm", "argocd": "argocd",
+          "argocd-background": "argocd-background"}
 
 
 def inert_types(store: Store) -> Callable[[Any], bool]:
@@ -408,5 +415,5 @@ def minimize(found: Run, *, depth: int, cluster_factory: Callable[..., Cluster] 
     return current
 
 
-__all__ = ["DELETERS", "OBJECTS", "Finding", "Report", "Run", "admitted", "explore", "explore_one", "family",
-           "minimize", "run_one"]
+__all__ = ["DELETERS", "EXTRA_DELETERS", "OBJECTS", "Finding", "Report", "Run", "admitted", "explore", "explore_one",
+           "family", "minimize", "run_one"]

@@ -14,7 +14,8 @@ raw objects, never criticalsvc.criteria, state or decision. Its two properties:
 
 **Liveness**, judged on the verdict: with a retrying deleter, or replay on, everything goes except what
 `stays` says the docs say stays (the deletion-protected object and what transitively waits for it:
-README, "the label ... keeps a namespace being deleted Terminating until the label is removed"); with a
+README, "the label ... keeps a namespace being deleted Terminating until the label is removed"; under Argo
+CD, which never deletes a CRD, the CRDs and what waits for them: design/criticalservice.md §6); with a
 one-pass deleter and no replay (kubectl once, `helm uninstall`), what is left is only what it was refused, none
 of it half-deleted (terminating), besides `stays` (design/criticalservice.md §6, "kubectl delete -f does not retry").
 
@@ -53,7 +54,10 @@ PROVIDER_OBJECT = {"deploy": "deploy", "cm": "cm", "widget": "widget", "cm-selec
 CRDS = GroupResource("apiextensions.k8s.io", "customresourcedefinitions")
 CRITICAL_SERVICES = GroupResource("criticalsvc.io", "criticalservices")
 # The deleters that retry, or whose garbage collector does.
-RETRYING = frozenset({"kubectl-repeat", "namespace", "manifestwork", "gc", "flux"})
+RETRYING = frozenset({"kubectl-repeat", "namespace", "manifestwork", "gc", "flux", "argocd", "argocd-background"})
+# The deleters that never delete a CRD (Argo CD's shouldBeDeleted: `!kube.IsCRD(obj)`), so for them the CRD may stay:
+# https://github.com/argoproj/argo-cd/blob/v3.2.3/controller/appcontroller.go#L1165-L1170
+KEEP_CRDS = frozenset({"argocd", "argocd-background"})
 WIDGETS = GroupResource(GROUP, PLURAL)
 
 
@@ -174,7 +178,9 @@ class Oracle:
         to the namespace controller (`namespace`), and is the documented limit of design/criticalservice.md §6
         ("Same namespace, partly", also through other CriticalServices; a Namespace provider whose criteria
         count its own content, as for OpenKruise's Cascading, is its smallest case), or for a Widget whose
-        Finalizer controller's provider was never there (§6, "Finalizers held by an absent controller").
+        Finalizer controller's provider was never there (§6, "Finalizers held by an absent controller"), or,
+        for a deleter that never deletes a CRD (KEEP_CRDS), for a CRD (§6, "A deleter that never deletes what a
+        criterion waits for").
 
         A cycle without such a wait is not excused: the CREATE's cycle check exists to refuse it.
         The waits, in the oracle's own words (design/criticalservice.md §3):
@@ -223,6 +229,8 @@ class Oracle:
             # §6 "Finalizers held by an absent controller": no provider of a Finalizer criterion was ever there to
             # run the controller, so the Widget keeps its finalizer. (One that went too early is a safety finding.)
             stuck.update(r for r in left if r.group_resource == WIDGETS)
+        if deleter in KEEP_CRDS:
+            stuck.update(r for r in left if r.group_resource == CRDS)
         for scc in nx.strongly_connected_components(graph):
             if not any((u, v) in namespace_edges for u in scc for v in scc):
                 continue
