@@ -69,7 +69,7 @@ class Labeller:
     async def run(self, leading: Callable[[], bool]) -> None:
         while True:
             if leading() and self.source.ready:
-                started = time.perf_counter()
+                started, seen = time.perf_counter(), getattr(self.source, "changes", None)
                 try:
                     await self.round()
                 except StateUnavailable:
@@ -80,7 +80,9 @@ class Labeller:
                 # CriticalServices takes ~0.2 s of CPU (`python -m benchmarks protection`).
                 await self.sleep(max(MIN_PAUSE, time.perf_counter() - started))
                 wait_event = getattr(self.source, "wait_event", None)
-                if callable(wait_event):
+                if callable(wait_event) and isinstance(seen, int) and getattr(self.source, "changes", None) != seen:
+                    pass  # an event came during the round or the pause: the next round at once, not after IDLE
+                elif callable(wait_event):
                     await wait_event(IDLE)
                 else:
                     await self.sleep(IDLE)

@@ -121,6 +121,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("route-one-key-selector-namespace", "criticalsvc/routing.py",
            'scoped.update(f"{r.namespace}/{v}" for v in requirement.values)',
            'scoped.update(f"{v}/{v}" for v in requirement.values)', ("tests/test_routing.py",)),
+    # An event during a labelling round is not lost: without the count compared, the next round waits for IDLE.
+    Mutant("labeller-event-during-round-lost", "criticalsvc/labeller.py",
+           'isinstance(seen, int) and getattr(self.source, "changes", None) != seen:', "False:",
+           ("tests/test_protection_labels.py",)),
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),

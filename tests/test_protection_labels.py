@@ -18,6 +18,7 @@ What a user notices:
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import attrs
@@ -400,3 +401,55 @@ async def test_a_type_the_gate_cannot_read_stalls_neither_labels_nor_routes_of_t
     assert api.sent("PATCH", "/apis/apps/v1/namespaces/team/deployments/q")
     routes = desired([blind, seen], mapper.lookup, protectionlabels.carried_in(state)).routes
     assert Route("DELETE", GADGETS, "team", "p") in routes
+
+
+class _EventedSource(Source):
+    """A cache whose waiters wake at the next change and which counts its changes, as CacheManager does; a change
+    made while no one waits is counted but wakes no one (the waiter registers later)."""
+
+    def __init__(self, state: MemoryState) -> None:
+        super().__init__(state)
+        self.changes = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def change(self) -> None:
+        self.changes += 1
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_event(self, timeout: float) -> bool:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._waiters.remove(waiter)
+
+
+@pytest.mark.anyio
+async def test_a_critical_service_created_during_a_round_is_labelled_at_once_not_after_idle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CREATE -> Enforcing (issue 34): a CriticalService whose event arrives while the labeller is busy writing is
+    labelled by the next round at once, not after IDLE (here a minute) - its event came before the wait began."""
+    monkeypatch.setattr(labeller_module, "IDLE", 60.0)
+    first, second = service("a", DEPLOYMENTS), service("b", DEPLOYMENTS, provider="q")
+    state = state_with(obj(DEPLOYMENTS, "team", "p"), obj(DEPLOYMENTS, "team", "q"), ns("team", LABELLED),
+                       services=(first,))
+    source = _EventedSource(state)
+
+    class CreatingAPI(FakeAPI):
+        async def send(self, verb: str, path: str, payload: Any = None, **kw: Any) -> Any:
+            if path.endswith("/deployments/p") and second.name not in {c.name for c in state.critical_services()}:
+                state.upsert_critical_service(second)  # created while the first round writes
+                source.change()
+            return await super().send(verb, path, payload, **kw)
+
+    api = CreatingAPI()
+    labeller = Labeller(api, source, state.mapper)  # type: ignore[arg-type]
+    async with leading(labeller):
+        await eventually(lambda: api.sent("PATCH", "/apis/apps/v1/namespaces/team/deployments/q"), timeout=10,
+                         what="the second provider labelled")
