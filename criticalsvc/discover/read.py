@@ -214,8 +214,9 @@ class CoverageWatch:
         return None if self._served is None else served_of(cs, self._served)
 
     async def read_once(self) -> None:
-        judged = tuple(sorted(set(self.finalizer_types()) - set(COVERAGE_TYPES) - set(RBAC_TYPES)))
-        only = (*COVERAGE_TYPES, *(RBAC_TYPES if judged else ()), *judged)
+        judged = frozenset(self.finalizer_types())  # some (CRDs) are among COVERAGE_TYPES: read once
+        only = (*COVERAGE_TYPES, *(RBAC_TYPES if judged else ()),
+                *sorted(judged - set(COVERAGE_TYPES) - set(RBAC_TYPES)))
         read = await read_inventory(self.transport, only=only)
         failed = {u.partition(": ")[0] for u in read.unreadable}
         exact = {str(gr) for gr in COVERAGE_TYPES} | {f"group {gr.group}" for gr in COVERAGE_TYPES}
