@@ -238,6 +238,20 @@ def _case(project: str, users: str) -> Case:
                 finalizer="finalizers.fluxcd.io")
 
 
+def _install(realcluster: RealCluster, case: Case, users: str, created: Created) -> None:
+    """The install, its CRDs established first; then the dependents in namespace `users`; the webhook configurations
+    last (nothing serves them: whatever they match is created before them)."""
+    first = [d for d in case.install if d["kind"] not in WEBHOOKS]
+    created.create([d for d in first if d["kind"] in ("Namespace", "CustomResourceDefinition")])
+    done = realcluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *(
+        f"crd/{d['metadata']['name']}" for d in first if d["kind"] == "CustomResourceDefinition"), timeout=90)
+    assert done.returncode == 0, done.stderr
+    created.create([d for d in first if d["kind"] not in ("Namespace", "CustomResourceDefinition")])
+    created.create([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": users}},
+                    *(d for d in case.dependents if d["kind"] not in WEBHOOKS)])
+    created.create([d for d in [*case.install, *case.dependents] if d["kind"] in WEBHOOKS])
+
+
 def _teardown(realcluster: RealCluster, capsys: pytest.CaptureFixture[str], project: str, *,
               protect: bool) -> dict[str, Any]:
     """The project's install and its dependents, deleted by a client that re-sends refused DELETEs (a person
@@ -251,15 +265,7 @@ def _teardown(realcluster: RealCluster, capsys: pytest.CaptureFixture[str], proj
     controller = None
     observer = None
     try:
-        first = [d for d in case.install if d["kind"] not in WEBHOOKS]
-        created.create([d for d in first if d["kind"] in ("Namespace", "CustomResourceDefinition")])
-        done = realcluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *(
-            f"crd/{d['metadata']['name']}" for d in first if d["kind"] == "CustomResourceDefinition"), timeout=90)
-        assert done.returncode == 0, done.stderr
-        created.create([d for d in first if d["kind"] not in ("Namespace", "CustomResourceDefinition")])
-        created.create([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": users}},
-                        *(d for d in case.dependents if d["kind"] not in WEBHOOKS)])
-        created.create([d for d in [*case.install, *case.dependents] if d["kind"] in WEBHOOKS])
+        _install(realcluster, case, users, created)
         proposals: list[dict[str, Any]] = []
         if protect:
             assert main(["discover", "--kubeconfig", str(realcluster.kubeconfig), "-o", "json"]) == 0
@@ -330,3 +336,75 @@ def test_teardown_with_and_without_the_proposals(realcluster: RealCluster, capsy
     assert with_proposals["completed"] and not with_proposals["out_of_order"], with_proposals
     assert with_proposals["refused"] > 0, with_proposals
     assert with_proposals["released"] == len(with_proposals["finalized"]), with_proposals
+
+
+# --- Covered, in the live gate, judging a finalizer (design/discover.md, "Covered") -------------------------------
+RBAC_EXAMPLES = Path(__file__).resolve().parents[1] / "api" / "examples" / "rbac"
+
+
+def _covered(realcluster: RealCluster, name: str) -> dict[str, Any] | None:
+    cs = realcluster.admin.get(f"/apis/criticalsvc.io/v1alpha1/criticalservices/{name}") or {}
+    return next((c for c in (cs.get("status") or {}).get("conditions") or [] if c["type"] == "Covered"), None)
+
+
+def test_the_live_gate_says_a_criticalservice_misses_crossplanes_finalizer(realcluster: RealCluster) -> None:
+    """A hand-written CriticalService for Crossplane that waits for its webhook configuration and one XRD but not for
+    the XRDs' finalizer: with the coverage grants, the gate's Covered is False naming that finalizer; with the
+    Finalizer criterion added, True."""
+    users = unique("users")
+    case = _case("crossplane", users)
+    created = Created(realcluster)
+    name = unique("crossplane-by-hand")
+    xrd = {"group": "apiextensions.crossplane.io", "resource": "CompositeResourceDefinition",
+           "name": "xbuckets.example.org"}
+    webhook = {"group": "admissionregistration.k8s.io", "resource": "ValidatingWebhookConfiguration",
+               "name": "crossplane-no-usages"}
+    stale = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": name},
+             "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": case.namespace,
+                                   "name": "crossplane"},
+                      "criteria": [{"type": "SpecificResource", "specificResource": webhook},
+                                   {"type": "SpecificResource", "specificResource": xrd}]}}
+    grants = [d for f in ("coverage-reader.yaml", "coverage-finalizers-reader.yaml")
+              for d in yaml.safe_load_all((RBAC_EXAMPLES / f).read_text(encoding="utf-8")) if d]
+    grants.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": unique("criticalsvc-read-xrds"),
+                                "labels": {"criticalsvc.io/aggregate-to-reader": "true"}},
+                   "rules": [{"apiGroups": ["apiextensions.crossplane.io"],
+                              "resources": ["compositeresourcedefinitions"], "verbs": ["get", "list", "watch"]}]})
+    path = f"/apis/criticalsvc.io/v1alpha1/criticalservices/{name}"
+    protection = Created(realcluster)  # the CriticalService and the gate's grants: gone last
+    try:
+        _install(realcluster, case, users, created)
+        protection.create(grants)
+        protection.create([stale])
+        with realcluster.gate.restarted_with("--check-coverage-every", "1"):
+            wait_for(lambda: (_covered(realcluster, name) or {}).get("status") == "False", timeout=90,
+                     what=f"Covered False on {name}")
+            message = (_covered(realcluster, name) or {})["message"]
+            assert "also serves finalizer defined.apiextensions.crossplane.io on compositeresourcedefinitions" \
+                ".apiextensions.crossplane.io" in message, message
+            spec = realcluster.admin.get(path)["spec"]  # type: ignore[index]
+            spec["criteria"].append({"type": "Finalizer", "finalizer": {
+                "group": "apiextensions.crossplane.io", "resource": "compositeresourcedefinitions",
+                "finalizerName": "defined.apiextensions.crossplane.io"}})
+            assert realcluster.admin.merge_patch(path, {"spec": {"criteria": spec["criteria"]}}).status_code == 200
+            wait_for(lambda: (_covered(realcluster, name) or {}).get("status") == "True", timeout=60,
+                     what=f"Covered True on {name} once the Finalizer criterion is there")
+    finally:
+        # What the CriticalService waits for first (the gate refuses the Deployment and its namespace until then),
+        # then the install, then the CriticalService (refused while its provider exists) and the grants the gate
+        # needs to verify it.
+        finalized = [d for d in case.dependents if d["metadata"].get("finalizers")]
+        waited = [o for o in created.objects if o[0].startswith("validatingwebhook") or o[2] == xrd["name"]]
+        for d in finalized:
+            realcluster.kubectl("patch", "compositeresourcedefinition.apiextensions.crossplane.io",
+                                d["metadata"]["name"], "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+        created._delete(waited)
+        wait_for(lambda: not any(realcluster.admin.exists(_path(d)) for d in finalized), timeout=60,
+                 what="the XRD to go")
+        created.objects = [o for o in created.objects if o not in waited]
+        created.delete_all([])
+        gone = [_path(d) for d in case.install if d["kind"] in ("Namespace", "CustomResourceDefinition")]
+        wait_for(lambda: not any(realcluster.admin.exists(p) for p in gone), timeout=120,
+                 what="crossplane's namespace and CRDs to go")
+        protection.delete_all([])
