@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from criticalsvc.cli import main
+from criticalsvc.restmapper import guess_resource
 from tests.backends import unique
 from tests.realcluster import operators
 from tests.realcluster.cluster import RealCluster
@@ -176,8 +177,6 @@ FINISH_WITHIN = 120.0
 
 
 def _path(doc: dict[str, Any]) -> str:
-    from criticalsvc.restmapper import guess_resource
-
     api = f"/apis/{doc['apiVersion']}" if "/" in doc["apiVersion"] else f"/api/{doc['apiVersion']}"
     m = doc["metadata"]
     where = f"/namespaces/{m['namespace']}" if m.get("namespace") else ""
@@ -291,8 +290,6 @@ def _teardown(realcluster: RealCluster, capsys: pytest.CaptureFixture[str], proj
         observer = Observer(realcluster.admin, {k: paths[k] for k in {*order, *case.needs()}})
         observer.start()
         if case.finalizer:
-            from criticalsvc.restmapper import guess_resource
-
             collection = f"/apis/{finalized[0]['apiVersion']}/{guess_resource(finalized[0]['kind'])}"
             controller = FinalizerController(realcluster.admin, deployment_path=_path(case.provider),
                                              crs_path=collection, finalizer=case.finalizer)
