@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from criticalsvc.api import parse_critical_service
+from criticalsvc.cache import APIStatusError
 from criticalsvc.discover.coverage import served_by, served_of
 from criticalsvc.discover.inventory import from_objects
 from criticalsvc.discover.propose import access_questions, propose
 from criticalsvc.discover.rbac import review
-from criticalsvc.discover.read import CoverageWatch
+from criticalsvc.discover.read import CoverageWatch, criteria_types
 from criticalsvc.snapshot import build_state
 from criticalsvc.state import MemoryState
 from criticalsvc.status import compute_status
@@ -133,3 +135,59 @@ def test_a_finalizer_the_provider_processes_is_named_too():
     c = next(c for c in status["conditions"] if c["type"] == "Covered")
     assert c["status"] == "False"
     assert "also serves finalizer finalizer.acme.cert-manager.io on challenges.acme.cert-manager.io" in c["message"]
+
+
+def _finalizer_cluster(cluster_type: type[FakeCluster] = FakeCluster) -> FakeCluster:
+    """cert-manager's controller, a Challenge carrying its finalizer, and the RBAC saying it may update Challenges."""
+    objs = {"deployments": [deployment("cert-manager", "cert-manager", sa="cert-manager")],
+            "challenges": [custom("acme.cert-manager.io/v1", "Challenge", "apps", "c",
+                                  finalizers=["finalizer.acme.cert-manager.io"])],
+            "clusterroles": [cluster_role("challenges", [rule(["acme.cert-manager.io"], ["challenges"])])],
+            "clusterrolebindings": [cluster_role_binding("challenges", "challenges", ("cert-manager", "cert-manager"))]}
+    resources = {"/api/v1": [], "/apis/apps/v1": [("deployments", "Deployment", True)],
+                 "/apis/acme.cert-manager.io/v1": [("challenges", "Challenge", True)],
+                 "/apis/rbac.authorization.k8s.io/v1": [("clusterroles", "ClusterRole", False),
+                                                        ("clusterrolebindings", "ClusterRoleBinding", False),
+                                                        ("roles", "Role", True), ("rolebindings", "RoleBinding", True)]}
+    return cluster_type(objs, allowed=set(), resources=resources)
+
+
+class _RBACForbidden(FakeCluster):
+    async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = "application/json") -> Any:
+        if path.startswith("/apis/rbac.authorization.k8s.io/v1/"):
+            raise APIStatusError(403, "Forbidden", f"{path} is forbidden")
+        return await super().get(path, params, timeout=timeout, accept=accept)
+
+
+CERT_MANAGER = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "cm"},
+                "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "cert-manager",
+                                      "name": "cert-manager"},
+                         "criteria": [{"type": "Resources", "resources": {"group": "acme.cert-manager.io",
+                                                                          "resource": "Challenge",
+                                                                          "namespace": "elsewhere"}}]}}
+
+
+def test_the_live_watch_judges_finalizers_on_the_criteria_types_with_the_rbac_grant():
+    """With the optional RBAC read grant, the gate's own watch finds the finalizer its provider processes on a type a
+    criterion names (by Kind) and Covered says False naming it; without the grant, or when no criterion names the
+    type, it does not judge finalizers (and reads no RBAC), Covered True on what it saw."""
+    cs = parse_critical_service(CERT_MANAGER)
+    types = lambda: criteria_types([cs])  # noqa: E731 - what serve passes: the live CriticalServices' types
+
+    def condition(cluster: FakeCluster, finalizer_types: Any) -> tuple[dict, CoverageWatch]:
+        watch = CoverageWatch(cluster, every=60, gate_namespace="criticalsvc-system", finalizer_types=finalizer_types)
+        asyncio.run(watch.read_once())
+        status = compute_status(cs, MemoryState(), now=NOW, served=watch.served(cs))
+        return next(c for c in status["conditions"] if c["type"] == "Covered"), watch
+
+    judged, watch = condition(_finalizer_cluster(), types)
+    assert watch.finalizers_judged and judged["status"] == "False", judged
+    assert "also serves finalizer finalizer.acme.cert-manager.io on challenges.acme.cert-manager.io" in \
+        judged["message"]
+    forbidden, watch = condition(_finalizer_cluster(_RBACForbidden), types)
+    assert not watch.finalizers_judged and forbidden["status"] == "True", forbidden
+    cluster = _finalizer_cluster()
+    unnamed, watch = condition(cluster, frozenset)
+    assert not watch.finalizers_judged and unnamed["status"] == "True", unnamed
+    listed = {path.rsplit("/", 1)[1] for path, params, _ in cluster.gets if "limit" in params}
+    assert listed == {"deployments"}, listed  # of what this cluster serves: no RBAC, no Challenges

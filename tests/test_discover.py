@@ -215,6 +215,23 @@ def test_cli_on_a_snapshot(tmp_path, capsys, output):
     assert len(services) == 5 and all(s.enforcement.value == "Warn" for s in services)
 
 
+@pytest.mark.parametrize("flag", ["-n", "--namespace"])
+def test_cli_namespace_restricts_the_proposals_to_its_workloads(tmp_path, capsys, flag):
+    """`discover -n cert-manager` proposes for cert-manager's two workloads only - the finalizer one too, though its
+    Challenge lives in another namespace - with the grant their criteria need and no other."""
+    snapshot = tmp_path / "cluster.yaml"
+    snapshot.write_text(yaml.safe_dump_all(cluster()))
+    assert main(["discover", "--state", str(snapshot), flag, "cert-manager", "-o", "json"]) == 0
+    items = json.loads(capsys.readouterr().out)["items"]
+    providers = sorted(i["spec"]["provider"]["name"] for i in items if i["kind"] == "CriticalService")
+    assert providers == ["cert-manager", "cert-manager-webhook"]
+    (grant,) = [i for i in items if i["kind"] == "ClusterRole"]
+    assert sorted(g for r in grant["rules"] for g in r["apiGroups"]) == ["acme.cert-manager.io",
+                                                                          "admissionregistration.k8s.io"]
+    assert main(["discover", "--state", str(snapshot), "-n", "nowhere", "-o", "json"]) == 0
+    assert [i for i in json.loads(capsys.readouterr().out)["items"] if i["kind"] == "CriticalService"] == []
+
+
 def test_the_reference_story_proposes_its_own_criticalservice_shape():
     """On the design's reference story (with its RBAC added), discover proposes the Finalizer criterion the
     story's own CriticalService has."""

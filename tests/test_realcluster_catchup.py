@@ -35,7 +35,6 @@ from criticalsvc.decision import Rule, decide
 from criticalsvc.live import CATCH_UP_TIMEOUT, LiveReader
 from tests.backends import deployment_manifest, unique
 from tests.realcluster.cluster import RealCluster
-from tests.realcluster.gate import GateProcess
 from tests.realcluster.teardown import wait_for
 
 pytestmark = pytest.mark.realcluster
@@ -157,25 +156,13 @@ async def _window(cluster: RealCluster, namespace: str, finalizer: str) -> None:
         await api.close()
 
 
-@contextlib.contextmanager
-def _gate_with(cluster: RealCluster, *args: str) -> Iterator[GateProcess]:
-    """The shared cluster's gate restarted with `args` for the test; restarted as it was after."""
-    cluster.gate.stop()
-    cluster.gate.replicas.clear()
-    gate = cluster.gate.replica(0, extra_args=args).start()
-    cluster.gate.replicas.append(gate)
-    try:
-        yield gate
-    finally:
-        cluster.gate.restart()
-
-
 def _dry_run_delete(cluster: RealCluster, namespace: str) -> Any:
     return cluster.kubectl("delete", "deployment", "cleaner", "-n", namespace, "--dry-run=server")
 
 
 def test_the_gate_confirms_a_finalizer_criterion_by_catching_up(realcluster: RealCluster) -> None:
-    with _setup(realcluster) as (namespace, finalizer, name), _gate_with(realcluster, "--catch-up-above", "0") as gate:
+    with _setup(realcluster) as (namespace, finalizer, name), \
+            realcluster.gate.restarted_with("--catch-up-above", "0") as gate:
         assert realcluster.admin.create(f"/apis/apps/v1/namespaces/{namespace}/deployments",
                                         deployment_manifest("cleaner", namespace)).status_code == 201
         _carrier(realcluster, namespace, finalizer)

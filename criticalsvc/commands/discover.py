@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from ..discover.inventory import from_objects
-from ..discover.propose import Skipped, access_questions, propose
+from ..discover.propose import Skipped, access_questions, in_namespace, propose
 from ..discover.rbac import review
 from ..discover.render import render_json, render_yaml, skipped_lines
 from ..errors import InvalidInput
@@ -28,7 +28,9 @@ def register(sub: Any) -> None:
                    help="spec.enforcement of the proposals (Warn: roll out in audit mode first)")
     p.add_argument("--gate-namespace", default="criticalsvc-system", metavar="NS",
                    help="the gate's own namespace, whose workloads are left out (default %(default)s)")
-    add_source_arguments(p, namespace_help="ignored: discover reads every namespace")
+    add_source_arguments(p, namespace_help="propose only for the workloads in this namespace (the whole cluster is "
+                                           "still read: what they serve and the objects carrying their finalizers "
+                                           "live anywhere)")
     p.set_defaults(run=run)
 
 
@@ -48,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
                                      questions_for=lambda i: access_questions(i, gate_namespace=args.gate_namespace))
         inv, unreadable = read.inventory, read.unreadable
     discovery = propose(inv, answers, gate_namespace=args.gate_namespace)
+    if args.namespace:
+        discovery = in_namespace(discovery, args.namespace)
     if unreadable:
         discovery = attrs.evolve(discovery, skipped=discovery.skipped + tuple(
             Skipped(u.partition(": ")[0], f"could not be listed, its finalizers are unknown: {u.partition(': ')[2]}")

@@ -117,7 +117,8 @@ def register(sub: Any) -> None:
     p.add_argument("--check-coverage-every", type=float, default=0.0, metavar="SECONDS",
                    help="every this many seconds the leader reads which webhook configurations, CRD conversions and "
                         "APIServices each provider serves, and condition Covered says when a CriticalService's "
-                        "criteria miss one (needs api/examples/rbac/coverage-reader.yaml; default 0: off)")
+                        "criteria miss one (needs api/examples/rbac/coverage-reader.yaml; finalizers on the criteria's "
+                        "types too with coverage-finalizers-reader.yaml; default 0: off)")
     p.add_argument("--webhook-configuration", default="criticalsvc", metavar="NAME",
                    help="the shipped ValidatingWebhookConfiguration: only read, to copy its clientConfig into and "
                         "own criticalsvc-providers (default: %(default)s)")
@@ -326,10 +327,13 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
                     writer.labeller = labeller
                     tasks.append(asyncio.create_task(labeller.run(lambda: writer.leading), name="labeller"))
                 if args.check_coverage_every > 0:
-                    from ..discover.read import CoverageWatch
+                    from ..discover.read import CoverageWatch, criteria_types
 
-                    writer.coverage = CoverageWatch(transport, every=args.check_coverage_every,
-                                                    gate_namespace=args.lease_namespace)
+                    # Finalizers are judged on the types the criteria name, which the gate reads anyway.
+                    writer.coverage = CoverageWatch(
+                        transport, every=args.check_coverage_every, gate_namespace=args.lease_namespace,
+                        finalizer_types=lambda: criteria_types(writer.source.state.critical_services())
+                        if writer.source.ready else frozenset())
                     tasks.append(asyncio.create_task(writer.coverage.run(lambda: writer.leading), name="coverage"))
                 tasks += [asyncio.create_task(writer.run_elected(), name="status-writer"),
                           asyncio.create_task(writer.run_events(), name="event-writer"),

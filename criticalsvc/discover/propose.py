@@ -195,6 +195,20 @@ def propose(inv: Inventory, answers: Mapping[AccessQuestion, AccessAnswer], *,
     return Discovery(proposals, grants, tuple(skipped), inv.objects)
 
 
+def in_namespace(d: Discovery, namespace: str) -> Discovery:
+    """The part of a whole cluster's discovery about the workloads in `namespace` (`discover -n`): their proposals,
+    the grants those need, and what was skipped naming something there (a Service, a workload).
+
+    The inference itself stays the whole cluster's: the objects carrying a finalizer that a namespace's controller
+    processes live anywhere (cert-manager's Challenges sit in the users' namespaces), and "the only account that may
+    update the type" is a statement about every account."""
+    proposals = tuple(p for p in d.proposals if p.provider.namespace == namespace)
+    types = {_criterion_type(dep.criterion) for p in proposals for dep in p.dependencies}
+    where = f" {namespace}/"
+    skipped = tuple(s for s in d.skipped if where in f" {s.subject} {s.reason}")
+    return attrs.evolve(d, proposals=proposals, grants=tuple(g for g in d.grants if g in types), skipped=skipped)
+
+
 def _criterion_type(c: Criterion) -> GroupResource:
     return c.target.group_resource if isinstance(c, SpecificResourceCriterion) else c.group_resource
 

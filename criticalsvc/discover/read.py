@@ -15,24 +15,36 @@ finalizers are then unknown, and the answer says so.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
 import structlog
 
-from ..api import CRDS, CriticalService, GroupResource, ObjectRef
+from ..api import (
+    CRDS,
+    CriticalService,
+    FinalizerCriterion,
+    GroupResource,
+    ObjectRef,
+    ResourcesCriterion,
+    SpecificResourceCriterion,
+)
 from ..cache import APIError, KubeTransport, connect, discover
 from ..cache.transport import ACCEPT_JSON, ACCEPT_METADATA_LIST, Transport, list_items
 from ..restmapper import ResourceType
 from .coverage import Served, served_by, served_of
 from .inventory import (
     APISERVICES,
+    CLUSTERROLEBINDINGS,
+    CLUSTERROLES,
     ENDPOINTSLICES,
     MUTATING,
     OWNED,
     PODS,
     REPLICASETS,
+    ROLEBINDINGS,
+    ROLES,
     SERVICES,
     VALIDATING,
     WHOLE,
@@ -40,8 +52,8 @@ from .inventory import (
     Inventory,
     InventoryBuilder,
 )
-from .propose import propose
-from .rbac import AccessAnswer, AccessQuestion
+from .propose import access_questions, propose
+from .rbac import AccessAnswer, AccessQuestion, review
 
 PAGE = 2000  # objects per LIST page: metadata pages are ~1 KiB an object, whole ones of WHOLE types are few
 CONCURRENCY = 8  # as discovery does (criticalsvc/cache/discovery.py): no burst priority-and-fairness would queue
@@ -87,7 +99,9 @@ async def read_inventory(transport: Transport, *, namespace: str | None = None,
     unreadable = [f"group {g}: its discovery failed" for g in sorted(result.failed_groups)
                   if groups is None or g in groups]
     limit = asyncio.Semaphore(CONCURRENCY)
-    types = [t for t in result.types if only is None or t.group_resource in only]
+    # `only` may name a type by its Kind, as criteria may (`resource: CustomResourceDefinition`).
+    types = [t for t in result.types
+             if only is None or t.group_resource in only or GroupResource(t.group, t.kind) in only]
 
     async def one(t: ResourceType) -> None:
         async with limit:
@@ -154,25 +168,66 @@ COVERAGE_TYPES = (VALIDATING, MUTATING, CRDS, APISERVICES, SERVICES, ENDPOINTSLI
                   *WORKLOAD_TYPES)
 
 
+# What lets it judge finalizers too, optionally (api/examples/rbac/coverage-finalizers-reader.yaml): the RBAC objects,
+# from which it answers "may this ServiceAccount update that type?" as the RBAC authorizer would (rbac.review), where
+# `discover` asks the API server (a SubjectAccessReview, which the gate is not granted to create).
+RBAC_TYPES = (CLUSTERROLES, CLUSTERROLEBINDINGS, ROLES, ROLEBINDINGS)
+
+
+def criteria_types(services: Iterable[CriticalService]) -> frozenset[GroupResource]:
+    """The types the CriticalServices' criteria name: the gate reads them already (its reader role must grant them),
+    so the Covered check may look for finalizers on them without any further grant."""
+    out = set()
+    for cs in services:
+        for c in cs.criteria:
+            if isinstance(c, SpecificResourceCriterion):
+                out.add(c.target.group_resource)
+            elif isinstance(c, FinalizerCriterion | ResourcesCriterion):
+                out.add(c.group_resource)
+    return frozenset(out)
+
+
 class CoverageWatch:
     """Re-reads what each workload serves every `every` seconds, for the status's Covered condition (leader only).
 
-    A read that fails keeps the last answer; a type it may not list makes it say nothing (`served` None) rather
-    than call a provider covered on half the facts."""
+    Webhook configurations, CRD conversions and APIServices are read everywhere (COVERAGE_TYPES). Finalizers are
+    judged on the types `finalizer_types()` returns (the criteria's types: what the gate reads anyway), and only
+    when the RBAC objects can be read: a finalizer's controller is inferred from who may update the type, and only a
+    high-confidence inference counts. A finalizer on a type no criterion names is not seen: that would take a list
+    of every type (secrets included), which a deletion gate should not hold; `discover` finds those.
 
-    def __init__(self, transport: Transport, *, every: float, gate_namespace: str) -> None:
+    A read that fails keeps the last answer; an exact type it may not list makes it say nothing (`served` None)
+    rather than call a provider covered on half the facts; an unreadable finalizer type or RBAC only leaves those
+    finalizers unjudged (`finalizers_judged` says whether any were)."""
+
+    def __init__(self, transport: Transport, *, every: float, gate_namespace: str,
+                 finalizer_types: Callable[[], Collection[GroupResource]] = frozenset) -> None:
         self.transport = transport
         self.every = every
         self.gate_namespace = gate_namespace
+        self.finalizer_types = finalizer_types
         self.changes = 0
+        self.finalizers_judged = False
         self._served: dict[ObjectRef, tuple[Served, ...]] | None = None
 
     def served(self, cs: CriticalService) -> tuple[Served, ...] | None:
         return None if self._served is None else served_of(cs, self._served)
 
     async def read_once(self) -> None:
-        read = await read_inventory(self.transport, only=COVERAGE_TYPES)
-        served = None if read.unreadable else served_by(propose(read.inventory, {}, gate_namespace=self.gate_namespace))
+        judged = frozenset(self.finalizer_types())  # some (CRDs) are among COVERAGE_TYPES: read once
+        only = (*COVERAGE_TYPES, *(RBAC_TYPES if judged else ()),
+                *sorted(judged - set(COVERAGE_TYPES) - set(RBAC_TYPES)))
+        read = await read_inventory(self.transport, only=only)
+        failed = {u.partition(": ")[0] for u in read.unreadable}
+        exact = {str(gr) for gr in COVERAGE_TYPES} | {f"group {gr.group}" for gr in COVERAGE_TYPES}
+        rbac = {str(gr) for gr in RBAC_TYPES} | {f"group {gr.group}" for gr in RBAC_TYPES}
+        served = None
+        self.finalizers_judged = bool(judged) and not failed & rbac
+        if not failed & exact:
+            inv = read.inventory
+            answers = {q: review(q, inv) for q in access_questions(inv, gate_namespace=self.gate_namespace)} \
+                if self.finalizers_judged else {}
+            served = served_by(propose(inv, answers, gate_namespace=self.gate_namespace))
         if served != self._served:
             self._served = served
             self.changes += 1

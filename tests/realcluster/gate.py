@@ -13,11 +13,13 @@ read and write it makes is checked by the real RBAC authorizer. Each `GateProces
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import ssl
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -182,6 +184,18 @@ class InstalledGate:
         self.stop()
         self.replicas.clear()
         return self.start()
+
+    @contextlib.contextmanager
+    def restarted_with(self, *args: str) -> Iterator[GateProcess]:
+        """The gate restarted as one replica with `serve` options `args` for the block; restarted as it was after."""
+        self.stop()
+        self.replicas.clear()
+        gate = self.replica(0, extra_args=args).start()
+        self.replicas.append(gate)
+        try:
+            yield gate
+        finally:
+            self.restart()
 
     def logs(self, lines: int = 60) -> str:
         return "\n".join(f"--- {g.process.name} ({g.process.log_path}) ---\n{g.process.tail(lines)}"

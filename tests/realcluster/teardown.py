@@ -130,7 +130,9 @@ def _rename(name: str, suffix: str) -> str:
 
 
 class FinalizerController(threading.Thread):
-    """Removes `finalizer` from deleting CRs of `crs_path` while the Deployment at `deployment_path` exists."""
+    """Removes `finalizer` from deleting CRs of `crs_path` while the Deployment at `deployment_path` exists: the
+    reference story's controller, and the real projects' in tests/test_realcluster_discover.py (kwok's pods run no
+    code)."""
 
     def __init__(self, client: Client, *, deployment_path: str, crs_path: str, finalizer: str,
                  interval: float = 0.2) -> None:
@@ -485,15 +487,17 @@ class SharedFinalizerController(threading.Thread):
 
 
 def remove_deleting_finalizers(client: Client, crs_path: str, finalizer: str) -> list[str]:
-    """One pass of a finalizer's controller: remove `finalizer` from every CR of `crs_path` being deleted
-    (a JSON patch guarded by the resourceVersion); the names of the CRs released."""
+    """One pass of a finalizer's controller: remove `finalizer` from every object of the collection `crs_path`
+    (`/apis/GROUP/VERSION/RESOURCE`, namespaced or cluster-scoped) being deleted (a JSON patch guarded by the
+    resourceVersion); the names of the objects released."""
     released = []
     for item in (client.get(crs_path) or {}).get("items", []):
         meta = item["metadata"]
         if meta.get("deletionTimestamp") and finalizer in (meta.get("finalizers") or []):
             kept = [f for f in meta["finalizers"] if f != finalizer]
-            group_path = crs_path.rsplit("/coolresources", 1)[0]
-            path = f"{group_path}/namespaces/{meta['namespace']}/coolresources/{meta['name']}"
+            version_path, _, resource = crs_path.rpartition("/")
+            where = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
+            path = f"{version_path}{where}/{resource}/{meta['name']}"
             patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
                      {"op": "replace", "path": "/metadata/finalizers", "value": kept}]
             if client.json_patch(path, patch).status_code == 200:
