@@ -335,6 +335,10 @@ class MemoryState:
                 if not index.keys:
                     del self._finalized[(obj.group_resource, f)]
 
+    def critical_service(self, name: str) -> CriticalService | None:
+        """The CriticalService stored under `name`, if any."""
+        return self._services.get(name)
+
     def upsert_critical_service(self, cs: CriticalService) -> None:
         self.remove_critical_service(cs.name)
         self._count_write(CRITICAL_SERVICES, "")

@@ -125,6 +125,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("labeller-event-during-round-lost", "criticalsvc/labeller.py",
            'isinstance(seen, int) and getattr(self.source, "changes", None) != seen:', "False:",
            ("tests/test_protection_labels.py",)),
+    # A CriticalService event that names a type not watched yet must reconcile the watches; skipped, it is never read.
+    Mutant("watchset-reconcile-skipped", "criticalsvc/cache/watchset.py",
+           "        self._reconcile_skipped = not self._changes_watches(old, cs)\n",
+           "        self._reconcile_skipped = True\n", ("tests/test_cache.py",)),
     Mutant("router-no-resync", "criticalsvc/webhookrouter.py",
            "self._next_sync = rules, self.clock() + RESYNC", "self._next_sync = rules, float('inf')",
            ROUTER_TESTS),

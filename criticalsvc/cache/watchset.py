@@ -42,7 +42,7 @@ from typing import Any
 import structlog
 
 from .. import criteria
-from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, Criterion, GroupResource, ObjectRef
+from ..api import CRDS, CRITICAL_SERVICES, NAMESPACES, Criterion, CriticalService, GroupResource, ObjectRef
 from ..backoff import Backoff
 from ..errors import InvalidInput
 from ..objects import WORKLOADS, KubeObject, project
@@ -161,6 +161,7 @@ class WatchSet:
         self._conditioned: dict[GroupResource, frozenset[Criterion]] = {}
         # Watched types no CriticalService names any more, since when (monotonic); dropped after unwatch_after.
         self._unneeded_since: dict[GroupResource, float] = {}
+        self._reconcile_skipped = False  # the last CriticalService event changed nothing reconcile() reads
         self.restarts: Counter[str] = Counter()
         self._stopping: set[asyncio.Task[None]] = set()
 
@@ -312,6 +313,7 @@ class WatchSet:
                     self.memory.remove_critical_service(cs.name)
         if gr == CRDS:
             self.served.crds_kept(name for _ns, name in keep)
+        self._reconcile_skipped = False  # a LIST may have added or removed any CriticalService
         self._after_change(gr)
 
     def _upsert(self, gr: GroupResource, obj: Mapping[str, Any],
@@ -348,6 +350,7 @@ class WatchSet:
             # The CRD schema and the webhook reject such specs; one that slipped past protects nothing.
             log.warning("CriticalService ignored", critical_service=slim.name, error=str(exc))
             self.memory.remove_critical_service(slim.name)
+            self._reconcile_skipped = False
             return
         for c in cs.criteria:
             if c.condition is not None and c.condition.error is not None:
@@ -355,7 +358,9 @@ class WatchSet:
                 # while it was absent keeps protecting, every object of the criterion counting.
                 log.warning("condition does not compile; every object of its criterion counts as blocking",
                             critical_service=cs.name, error=c.condition.error)
+        old = self.memory.critical_service(cs.name)
         self.memory.upsert_critical_service(cs)
+        self._reconcile_skipped = not self._changes_watches(old, cs)
 
     def _delete(self, gr: GroupResource, obj: Mapping[str, Any]) -> None:
         metadata: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
@@ -366,6 +371,7 @@ class WatchSet:
         self._forget(ObjectRef(gr, str(namespace), name))
 
     def _forget(self, ref: ObjectRef) -> None:
+        self._reconcile_skipped = False  # a CriticalService gone may leave a type unneeded
         self.memory.remove(ref)
         if ref.group_resource == CRITICAL_SERVICES:
             self.memory.remove_critical_service(ref.name)
@@ -377,7 +383,29 @@ class WatchSet:
             self.served.sync()  # the mapper may serve another set of types, and the watch set follows
             self.served.refresh()
         elif gr == CRITICAL_SERVICES:
-            self.reconcile()
+            skipped, self._reconcile_skipped = self._reconcile_skipped, False
+            if not skipped:
+                self.reconcile()
+
+    def _changes_watches(self, old: CriticalService | None, cs: CriticalService) -> bool:
+        """Could this upsert change what reconcile() starts, replaces or drops? Not when the same spec was there
+        before (a status write, a label), nor when a new one names only types watched now and no condition:
+        reconcile reads every CriticalService, and running it at each of 10,000 CREATEs and their status writes
+        kept the gate's CriticalService cache minutes behind (`python -m benchmarks realcluster --services
+        10,1000,10000`)."""
+        if old is not None and (old.provider, old.criteria) == (cs.provider, cs.criteria):
+            return False
+        if any(c.condition is not None for c in cs.criteria):
+            return True
+        for gr in (cs.provider.group_resource, *(criteria.named_resource(c) for c in cs.criteria)):
+            t = self.memory.mapper.lookup(gr)
+            if t is None:
+                continue  # not served: nothing to watch (a CRD established later reconciles)
+            reflector = self.reflectors.get(t.group_resource)
+            if reflector is None or _watch_key(t) != _watch_key(reflector.resource) \
+                    or t.group_resource in self._unneeded_since:
+                return True
+        return old is not None  # a changed spec may leave a type unneeded
 
 
 __all__ = ["ALWAYS_WATCHED", "UNWATCH_AFTER", "WatchSet"]
