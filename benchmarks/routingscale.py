@@ -36,8 +36,11 @@ def enforcing(cs: dict[str, Any]) -> bool:
     return condition(cs, "Ready") == ("True", "Enforcing")
 
 
-def populate(cluster: Any, services: list[dict[str, Any]], *, workers: int = 8, timeout: float = 600) -> dict[str, Any]:
-    """Create `services` (those not there yet) and wait until all are Enforcing; seconds for each part."""
+def populate(cluster: Any, services: list[dict[str, Any]], *, workers: int = 8,
+             timeout: float | None = None) -> dict[str, Any]:
+    """Create `services` (those not there yet) and wait until all are Enforcing; seconds for each part. The timeout
+    (default 600 s, or 0.12 s per CriticalService past 5,000) covers creating them through admission too."""
+    timeout = timeout if timeout is not None else max(600.0, 0.12 * len(services))
     from tests.realcluster.client import Client
 
     local = threading.local()
