@@ -16,7 +16,7 @@ Three more: the gate's confirming read made impossible (it must deny, never allo
 serving certificate rotated under a stream of DELETEs (no failed admission call).
 
 This module runs its own control plane (one gate replica), as it restarts and freezes etcd and the
-API server; the gate reaches the API server through `PausableProxy`, a loopback TCP forwarder that
+API server; the gate reaches the API server through `pausable_proxy`, a loopback TCP forwarder that
 can stop moving bytes - the gate's view of the API server frozen, while the API server itself still
 calls the webhook. The module's `realcluster` fixture overrides the session's, so that conftest's
 failure hook attaches this cluster's logs.
@@ -29,7 +29,6 @@ thread. The observer uses the plain client: an unanswered poll tells nothing and
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime
 import itertools
@@ -52,7 +51,7 @@ from tests.realcluster.client import Client
 from tests.realcluster.cluster import RealCluster, built_binaries
 from tests.realcluster.controlplane import ControlPlane, free_port, write_kubeconfig
 from tests.realcluster.gate import GateProcess, criticalsvc, install, served_certificate
-from tests.realcluster.loadbalancer import pipe
+from tests.realcluster.loadbalancer import Backend, LoadBalancer
 from tests.realcluster.teardown import FinalizerController, Observer, RepeatingDeleter, Story, apply_story, wait_for
 
 pytestmark = pytest.mark.realcluster
@@ -65,75 +64,13 @@ SETTLE = 0.5  # after SIGSTOP, for answers already on their way
 
 # --- a pausable view of the API server, for the gate ----------------------------------------------------
 
-class PausableProxy:
-    """A loopback TCP forwarder to the API server. `pause()` stops moving bytes, both ways, on open
-    connections and on new ones (they are accepted and then hang), until `resume()`: what a client
-    sees of an API server that stopped answering without closing anything. TLS passes through, so the
-    gate still verifies the API server's certificate (its SAN is the IP 127.0.0.1, any port)."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.port = free_port()
-        self.connections = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="apiserver-proxy")
-        self._flowing: asyncio.Event | None = None
-        self._server: asyncio.Server | None = None
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    def start(self) -> PausableProxy:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
-    def pause(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._set(False), self._loop).result(10)
-
-    def resume(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._set(True), self._loop).result(10)
-
-    def stop(self) -> None:
-        async def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
-
-    async def _set(self, flowing: bool) -> None:
-        assert self._flowing is not None
-        if flowing:
-            self._flowing.set()
-        else:
-            self._flowing.clear()
-
-    async def _start(self) -> None:
-        self._flowing = asyncio.Event()
-        self._flowing.set()
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        assert self._flowing is not None
-        await self._flowing.wait()
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except OSError:
-            writer.close()
-            return
-        self.connections += 1
-        try:
-            await asyncio.gather(pipe(reader, up_writer, flowing=self._flowing),
-                                 pipe(up_reader, writer, flowing=self._flowing))
-        except asyncio.CancelledError:
-            writer.close()
-            up_writer.close()
+def pausable_proxy(upstream_port: int) -> LoadBalancer:
+    """A loopback TCP forwarder to the API server (a load balancer of one backend). `pause()` stops moving
+    bytes, both ways, on open connections and on new ones (they are accepted and then hang), until `resume()`:
+    what a client sees of an API server that stopped answering without closing anything. TLS passes through,
+    so the gate still verifies the API server's certificate (its SAN is the IP 127.0.0.1, any port)."""
+    return LoadBalancer(free_port(), name="apiserver-proxy",
+                        backends=[Backend("apiserver", upstream_port)]).start()
 
 
 # --- the module's cluster --------------------------------------------------------------------------------
@@ -141,7 +78,7 @@ class PausableProxy:
 @attrs.define
 class Faults:
     cluster: RealCluster
-    proxy: PausableProxy
+    proxy: LoadBalancer
 
     @property
     def plane(self) -> ControlPlane:
@@ -174,12 +111,12 @@ def _faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faults]:
     binaries = built_binaries()
     directory = tmp_path_factory.mktemp("faults")
     plane = ControlPlane(binaries, directory)
-    proxy: PausableProxy | None = None
+    proxy: LoadBalancer | None = None
     cluster: RealCluster | None = None
     try:
         plane.start()
         installed = install(plane, directory / "gate")
-        proxy = PausableProxy(plane.apiserver_port).start()
+        proxy = pausable_proxy(plane.apiserver_port)
         # The install's kubeconfig (the ServiceAccount's token), pointed at the proxy.
         token = yaml.safe_load(installed.kubeconfig.read_text())["users"][0]["user"]["token"]
         via_proxy = write_kubeconfig(directory / "gate" / "gate-via-proxy.kubeconfig", server=proxy.url,

@@ -26,7 +26,13 @@ from typing import Any
 import pytest
 
 from criticalsvc.api import PROTECTED_LABEL
-from criticalsvc.routing import DELETE_WEBHOOK, LABELS_WEBHOOK, PROVIDERS_CONFIGURATION, SHIPPED_CONFIGURATION
+from criticalsvc.routing import (
+    DELETE_WEBHOOK,
+    LABELS_WEBHOOK,
+    NAMESPACE_NAME_LABEL,
+    PROVIDERS_CONFIGURATION,
+    SHIPPED_CONFIGURATION,
+)
 from tests.backends import deployment_manifest, unique, widget_crd
 from tests.realcluster.cluster import RealCluster
 from tests.realcluster.teardown import wait_for
@@ -249,12 +255,16 @@ def test_an_outage_refuses_only_what_is_protected(readable: RealCluster) -> None
                 assert answer.status_code == 500, (path, answer.status_code, answer.text)
                 assert "failed calling webhook" in answer.json()["message"], answer.text
 
-            # Negative control 1: the same routes, broad (no matchConditions, and Deployments among its rules): an
-            # unprotected DELETE now waits and fails. The leader is stopped, so nothing rewrites it meanwhile.
+            # Negative control 1: the same routes, broad (no namespaceSelector or matchConditions, and Deployments
+            # among its rules): an unprotected DELETE now waits and fails. The leader is stopped, so nothing
+            # rewrites it meanwhile.
             broad = copy.deepcopy(cluster.admin.get(owned_path))
             assert broad is not None
             for webhook in broad["webhooks"]:
                 if webhook["name"] == DELETE_WEBHOOK:
+                    assert {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": [guarded]} in \
+                        webhook["namespaceSelector"]["matchExpressions"], webhook
+                    webhook.pop("namespaceSelector", None)
                     webhook.pop("matchConditions", None)
                     webhook["rules"].append({"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["DELETE"],
                                              "resources": ["deployments"], "scope": "Namespaced"})

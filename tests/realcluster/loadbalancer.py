@@ -57,6 +57,7 @@ class LoadBalancer:
         self._server: asyncio.Server | None = None
         self._health: asyncio.Task[None] | None = None
         self._flowing: asyncio.Event | None = None
+        self._writers: set[asyncio.StreamWriter] = set()  # the connections open, closed by `stop`
 
     @property
     def url(self) -> str:
@@ -87,17 +88,22 @@ class LoadBalancer:
         return self._flowing is not None and not self._flowing.is_set()
 
     def stop(self) -> None:
+        """Stop accepting, then close every connection it holds. Each socket is closed here, before the loop
+        is: `writer.close()` only schedules the close on the loop, and a socket the loop never got to close
+        warns (ResourceWarning) in whichever later test the garbage collector happens to run in."""
         async def stop() -> None:
-            if self._health is not None:
-                self._health.cancel()
             if self._server is not None:
                 self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:  # the health check and the connections still piped
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for writer in list(self._writers):
+                writer.transport.abort()
+            await asyncio.sleep(0)  # abort() closes the socket at the loop's next step
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
-        for task in asyncio.all_tasks(self._loop):  # the connections still piped
-            task.cancel()
-        self._loop.run_until_complete(asyncio.sleep(0))
         self._loop.close()
 
     def _call(self, fn: Callable[[], object]) -> None:
@@ -125,32 +131,35 @@ class LoadBalancer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         assert self._flowing is not None
-        await self._flowing.wait()  # paused: accepted, then left hanging
-        ready = [b for b in self.backends if b.in_rotation]
-        if not ready:
-            self.rejected += 1
-            writer.close()
-            return
-        backend = ready[next(self._rotation) % len(ready)]
+        self._writers.add(writer)
+        upstream_writer: asyncio.StreamWriter | None = None
         try:
-            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", backend.port)
-        except OSError:
-            self.rejected += 1
-            writer.close()
-            return
-        self.connections += 1
-        try:
+            await self._flowing.wait()  # paused: accepted, then left hanging
+            ready = [b for b in self.backends if b.in_rotation]
+            if not ready:
+                self.rejected += 1
+                return
+            backend = ready[next(self._rotation) % len(ready)]
+            try:
+                upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", backend.port)
+            except OSError:
+                self.rejected += 1
+                return
+            self._writers.add(upstream_writer)
+            self.connections += 1
             await asyncio.gather(pipe(reader, upstream_writer, flowing=self._flowing),
                                  pipe(upstream_reader, writer, flowing=self._flowing))
-        except asyncio.CancelledError:
-            writer.close()
-            upstream_writer.close()
+        finally:
+            for each in (writer, upstream_writer):
+                if each is not None:
+                    each.close()
+                    self._writers.discard(each)
 
 
 async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
                flowing: asyncio.Event | None = None) -> None:
     """Copy bytes from `reader` to `writer` until EOF, then close `writer`; while `flowing` is clear, hold
-    them (a paused link: `LoadBalancer.pause`, tests/test_realcluster_faults.py's PausableProxy)."""
+    them (a paused link: `LoadBalancer.pause`)."""
     try:
         while data := await reader.read(65536):
             if flowing is not None:
