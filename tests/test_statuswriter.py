@@ -533,6 +533,55 @@ def test_a_burst_of_denials_costs_one_status_pass_a_second(interval):
         assert all(b - a >= 0.95 for a, b in itertools.pairwise(passes)), passes
 
 
+@pytest.mark.parametrize("held", [0.0, 1.0])
+def test_a_pass_that_waited_on_its_writes_does_not_delay_the_next(held):
+    """A pass that spends 1.2 s waiting for its PATCHes (the API server slow, reviews in between) and holds the
+    loop `held` seconds: a Ready that turns right after it is written in the next pass, which follows at once,
+    where the pause used to be twice the pass's length (at 10,000 CriticalServices, 11 minutes without a status
+    written). The negative control holds the loop for a second: the pause is paced on that, and the next pass
+    waits for it."""
+    writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:9")),
+                          source=CountingSource(_many_services(2)), identity="a", interval=30.0)
+    passes: list[float] = []
+
+    async def slow_pass() -> int:
+        passes.append(time.monotonic())
+        if len(passes) == 1:
+            time.sleep(held)  # computing: the loop held
+            writer.busy = held
+            await asyncio.sleep(1.2)  # awaiting writes: the loop free
+        return 0
+
+    async def seeded() -> int:
+        return 0
+
+    writer.sync_once = slow_pass  # type: ignore[method-assign]
+    writer.seed = seeded  # type: ignore[method-assign]
+
+    async def lead() -> None:
+        leading = asyncio.create_task(writer._lead())
+        try:
+            while not passes:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
+            writer.poke_soon()  # a route went live during the pass: a Ready turns
+            deadline = time.monotonic() + 5
+            while len(passes) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        finally:
+            leading.cancel()
+            await asyncio.gather(leading, return_exceptions=True)
+            await writer.api_client.close()
+
+    asyncio.run(lead())
+    assert len(passes) == 2, passes
+    after = passes[1] - passes[0] - 1.2 - held  # from the end of the first pass to the start of the next
+    if held:
+        assert after >= 1.5, after  # paced at twice the loop time the pass held
+    else:
+        assert after < 0.5, after
+
+
 @pytest.mark.parametrize("pause", [1.0, 0.0])
 def test_a_retried_denial_updates_its_event_once_per_batch(cluster, pause, monkeypatch):
     """Twenty denials of the same DELETE while the writer writes: one Event whose count is 20, written in two
