@@ -11,8 +11,12 @@ API server's own watch cache and be just as stale as ours):
     with_finalizer(gr, f)    LIST .../<resource>, filtered here (no field selector exists for it); for a
                              type of CATCH_UP_ABOVE objects or more, the gate's own cache of it brought up
                              to a consistent read's version by a watch (criticalsvc/cache/catchup.py)
-    critical_services()      LIST of criticalservices (protecting / hosted_in filter that list; a provider
-                             selector is matched against the request's labels, or a fresh GET's)
+    critical_services()      LIST of criticalservices
+    protecting(o), hosted_in(ns)
+                             LIST of criticalservices?fieldSelector=spec.provider.namespace=<ns>, and =""
+                             (a provider with no namespace: cluster-scoped, or a selector over all of them),
+                             filtered here again; a provider selector is matched against the request's labels,
+                             or a fresh GET's. The whole list when this confirmation read it anyway
     resolve(gr)              the cache's mapper when it knows the name; otherwise the group's fresh
                              discovery documents, so a type whose CRD appeared a moment ago is seen
 
@@ -105,6 +109,9 @@ CATCH_UP_ABOVE = 20_000
 CATCH_UP_TIMEOUT = 3.5
 
 Question = tuple[Hashable, ...]
+# The CRD's selectable field (api/criticalservices.criticalsvc.io.yaml) a LIST of CriticalServices may filter on:
+# the API server then serializes only the CriticalServices that could protect an object in one namespace.
+PROVIDER_NAMESPACE_FIELD = "spec.provider.namespace"
 FailureReason = Literal["timeout", "error"]
 
 
@@ -147,6 +154,10 @@ def _describe(q: Question) -> str:
     match q:
         case ("services",):
             return "the CriticalServices"
+        case ("services-in", ""):
+            return "the CriticalServices whose provider names no namespace"
+        case ("services-in", namespace):
+            return f"the CriticalServices whose provider is in namespace {namespace}"
         case ("group", group):
             return f"the discovery of API group {group or 'core'}"
         case ("get", gr, namespace, name, _):
@@ -172,6 +183,8 @@ class LiveState:
         self.hint = mapper
         self.missing: set[Question] = set()
         self.failure: LiveReadFailed | None = None
+        # The CriticalServices this run has read so far: the criteria a decision evaluates are theirs.
+        self._seen: dict[str, CriticalService] = {}
 
     def _answer(self, q: Question, placeholder: Any) -> Any:
         if q not in self.memo:
@@ -206,8 +219,15 @@ class LiveState:
 
     def _conditions_on(self, gr: GroupResource) -> frozenset[Criterion]:
         """The criteria with conditions on gr: part of the question, so a read evaluates them. Any type,
-        CriticalServices included: a criterion may name them, with a condition (tests/test_cache_live_agree.py)."""
-        return criteria.conditioned_criteria(self.critical_services(), self).get(gr, frozenset())
+        CriticalServices included: a criterion may name them, with a condition (tests/test_cache_live_agree.py).
+        Those of the CriticalServices read so far, which are the ones whose criteria the decision evaluates; an
+        object read without a condition's outcome counts for it (`_counts`: only False leaves it out)."""
+        return criteria.conditioned_criteria(list(self._seen.values()), self).get(gr, frozenset())
+
+    def _saw(self, services: Collection[CriticalService]) -> Collection[CriticalService]:
+        for cs in services:
+            self._seen.setdefault(cs.name, cs)
+        return services
 
     def with_finalizer(self, gr: GroupResource, finalizer: str, *,
                        condition: Condition | None = None) -> Collection[KubeObject]:
@@ -224,12 +244,23 @@ class LiveState:
 
     def critical_services(self) -> Collection[CriticalService]:
         services: list[CriticalService] = self._answer(("services",), [])
-        return services
+        return self._saw(services)
+
+    def _services_for(self, namespace: str) -> Collection[CriticalService]:
+        """Every CriticalService whose provider is in `namespace` ("": none) or names no namespace: a superset
+        of what `protecting` and `hosted_in` return for an object there. Two narrow reads, or the whole list
+        when this confirmation asks for it anyway."""
+        if ("services",) in self.memo:
+            return self.critical_services()
+        services: list[CriticalService] = list(self._answer(("services-in", ""), []))
+        if namespace:
+            services += self._answer(("services-in", namespace), [])
+        return self._saw(services)
 
     def protecting(self, provider: ObjectRef, labels: Mapping[str, str] | None = None) -> Collection[CriticalService]:
         target = self.resolve(provider.group_resource) or provider.group_resource
         out: list[CriticalService] = []
-        for cs in self.critical_services():
+        for cs in self._services_for(provider.namespace):
             p = cs.provider
             if p.group_resource.group != provider.group_resource.group:
                 continue
@@ -248,7 +279,7 @@ class LiveState:
     def hosted_in(self, namespace: str) -> Collection[CriticalService]:
         # A selector without a namespace may select objects in any: the decision LISTs them there.
         # (not one over a cluster-scoped type, such as namespaces: it selects nothing inside a namespace).
-        return [cs for cs in self.critical_services() if cs.provider.namespace == namespace or (
+        return [cs for cs in self._services_for(namespace) if cs.provider.namespace == namespace or (
             cs.provider.namespace is None
             and getattr(self.resource_type(cs.provider.group_resource), "namespaced", True))]
 
@@ -267,6 +298,8 @@ class _Predicting(LiveState):
         match q:
             case ("services",):
                 return list(self.cache.critical_services())
+            case ("services-in", str(namespace)):
+                return [cs for cs in self.cache.critical_services() if (cs.provider.namespace or "") == namespace]
             case ("get", GroupResource() as gr, str(namespace), str(name), _):
                 return self.cache.get(ObjectRef(gr, namespace, name))
             case ("list", GroupResource() as gr, namespace, _selector, _):
@@ -376,6 +409,7 @@ class LiveReader:
         # A stored object's resourceVersion changes with every write to it, so (uid, resourceVersion)
         # names one parse exactly; the memo keeps only what the latest LIST held.
         self._parsed: dict[tuple[str, str], CriticalService | None] = {}
+        self._parsed_in: dict[str, dict[tuple[str, str], CriticalService | None]] = {}  # by provider namespace
         self._flights: dict[Question, _Flights] = {}
         self.reads = 0  # fresh reads sent, shared ones once
         # The object of each request whose confirmation failed, until one of it succeeds: the caches may see a
@@ -443,6 +477,8 @@ class LiveReader:
             match q:
                 case ("services",):
                     size = cache.count(CRITICAL_SERVICES)
+                case ("services-in", _):
+                    size = 1  # the API server sends only those in one namespace (PROVIDER_NAMESPACE_FIELD)
                 case ("carriers", GroupResource() as gr, *_):
                     size = cache.count(gr)  # no selector exists for finalizers: the LIST is of the whole type
                 case ("list", GroupResource() as gr, namespace, *_):
@@ -553,6 +589,8 @@ class LiveReader:
                 return RESTMapper(types) if types is not None else None
             case ("services",):
                 return await self._services(memo, deadline)
+            case ("services-in", str(namespace)):
+                return await self._services(memo, deadline, provider_namespace=namespace)
             case ("get", GroupResource() as gr, str(namespace), str(name), frozenset() as conditioned):
                 return await self._get(gr, namespace, name, conditioned, memo, deadline)
             case ("list", GroupResource() as gr, namespace, str(selector), frozenset() as conditioned):
@@ -662,17 +700,27 @@ class LiveReader:
         if self.on_finalizer_read is not None:
             self.on_finalizer_read(method, time.monotonic() - started)
 
-    async def _services(self, memo: Mapping[Question, Any], deadline: float) -> list[CriticalService]:
+    async def _services(self, memo: Mapping[Question, Any], deadline: float, *,
+                        provider_namespace: str | None = None) -> list[CriticalService]:
+        """Every CriticalService; with `provider_namespace`, those whose provider is in it ("": names none)."""
         from .api import parse_critical_service
 
         async def read(t: ResourceType) -> list[CriticalService]:
-            items = await self._list_items(t.path(), "", deadline, accept="application/json")
+            fields = "" if provider_namespace is None else f"{PROVIDER_NAMESPACE_FIELD}={provider_namespace}"
+            try:
+                items = await self._list_items(t.path(), "", deadline, accept="application/json", fields=fields)
+            except APIStatusError as exc:
+                # A CRD installed before its selectableFields (an upgrade under way): the whole list, filtered here.
+                if not fields or exc.code != 400:
+                    raise
+                items = await self._list_items(t.path(), "", deadline, accept="application/json")
+            previous = self._parsed if provider_namespace is None else self._parsed_in.get(provider_namespace, {})
             out: list[CriticalService] = []
             parsed: dict[tuple[str, str], CriticalService | None] = {}
             for item in items:
                 key = _version_key(item)
-                if key is not None and key in self._parsed:
-                    cs = self._parsed[key]
+                if key is not None and key in previous:
+                    cs = previous[key]
                 else:
                     try:
                         cs = parse_critical_service(item, lenient_conditions=True)
@@ -680,9 +728,13 @@ class LiveReader:
                         cs = None  # as in the cache: an invalid spec protects nothing
                 if key is not None:
                     parsed[key] = cs
-                if cs is not None:
+                # Filtered here too: the answer must not depend on the server honouring the field selector.
+                if cs is not None and provider_namespace in (None, cs.provider.namespace or ""):
                     out.append(cs)
-            self._parsed = parsed
+            if provider_namespace is None:
+                self._parsed = parsed
+            else:
+                self._parsed_in[provider_namespace] = parsed
             return out
 
         if self.mapper is None or self.mapper.lookup(CRITICAL_SERVICES) is None:
@@ -698,11 +750,14 @@ class LiveReader:
         result: list[CriticalService] = await self._with_type(CRITICAL_SERVICES, memo, deadline, read, [])
         return result
 
-    async def _list_items(self, path: str, selector: str, deadline: float, *, accept: str) -> list[dict[str, Any]]:
+    async def _list_items(self, path: str, selector: str, deadline: float, *, accept: str,
+                          fields: str = "") -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         base: list[tuple[str, str]] = [("limit", str(PAGE_SIZE))]
         if selector:
             base.append(("labelSelector", selector))
+        if fields:
+            base.append(("fieldSelector", fields))
         params = base
         while True:
             # No resourceVersion: a consistent read, the point of confirming.

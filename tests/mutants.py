@@ -154,6 +154,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if decision.protected or decision.rule in (Rule.CRITERIA_MET, Rule.WARN_ONLY):\n",
            "        if False:\n",
            ("tests/test_live.py::test_a_stale_cache_allow_becomes_a_deny_after_confirmation",)),
+    # The fresh read of the CriticalServices that may protect an object: those of its namespace and those naming
+    # none (a selector over every namespace, a cluster-scoped provider). Without the second, a CriticalService
+    # selecting across namespaces, created a moment ago, is missed and the stale cache's ALLOW stands.
+    Mutant("live-services-in-namespace-only", "criticalsvc/live.py",
+           '        services: list[CriticalService] = list(self._answer(("services-in", ""), []))\n',
+           "        services: list[CriticalService] = []\n",
+           ("tests/test_live.py::test_the_criticalservices_read_fresh_are_those_of_the_namespace_and_those_naming_none",)),
     Mutant("catchup-mirror-trusted", "criticalsvc/cache/catchup.py",
            "    if compare_resource_versions(reached, target) >= 0:\n        return CaughtUp(",
            "    if True:\n        return CaughtUp(", ("tests/test_catchup.py",)),

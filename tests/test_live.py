@@ -70,8 +70,10 @@ def test_live_state_collects_the_questions_a_decision_asks() -> None:
     """A run on an empty memo records what it needed and decides nothing final; a filled memo answers."""
     live = LiveState(mapper=RESTMapper())
     decide(provider_delete(), live)
-    assert live.missing == {("services",)}
-    answered = LiveState({("services",): []}, mapper=RESTMapper())
+    # Only the CriticalServices that could protect an object of that namespace, never the whole list.
+    narrow = {("services-in", PROVIDER.namespace), ("services-in", "")}
+    assert live.missing == narrow
+    answered = LiveState({key: [] for key in narrow}, mapper=RESTMapper())
     decision = decide(provider_delete(), answered)
     assert not answered.missing and decision.rule == Rule.UNPROTECTED
 
@@ -79,7 +81,7 @@ def test_live_state_collects_the_questions_a_decision_asks() -> None:
 def test_a_failed_read_in_the_memo_makes_the_decision_unverifiable() -> None:
     """When the deciding path reaches a read that failed, the decision is the 'could not verify' denial."""
     failed = LiveReadFailed("a fresh read of the CriticalServices from the API server failed: 500", reason="error")
-    live = LiveState({("services",): failed}, mapper=RESTMapper())
+    live = LiveState({("services-in", ""): failed, ("services-in", PROVIDER.namespace): []}, mapper=RESTMapper())
     decision = decide(provider_delete(), live)
     assert not decision.allowed and decision.rule == Rule.UNVERIFIABLE
     assert "could not verify" in decision.message and "500" in decision.message
@@ -95,7 +97,10 @@ async def test_confirmation_allows_when_the_fresh_read_agrees(met: RunningStandI
         confirmation = await reader.confirmation(provider_delete(), cached)
     assert confirmation.confirmed and confirmation.decision.allowed
     assert confirmation.decision.rule == Rule.CRITERIA_MET and confirmation.rounds >= 2
-    assert met.faults.seen(r"/criticalservices$") == 1
+    # Two narrow LISTs, each the CriticalServices of one provider namespace (the CRD's selectable field).
+    lists = sorted(query for _m, path, query in met.faults.requests if path.endswith("/criticalservices"))
+    assert [q for q in lists if "fieldSelector=spec.provider.namespace%3D" in q and "finalizer-namespace" in q]
+    assert len(lists) == 2 and all("fieldSelector=spec.provider.namespace" in q for q in lists), lists
     assert all("resourceVersion" not in query for _m, _p, query in met.faults.requests)
 
 
@@ -276,6 +281,46 @@ async def test_a_selector_criterion_is_read_fresh_from_its_namespace_with_the_se
     assert lists and all("labelSelector=tier%3Ddb" in q for q in lists)
 
 
+async def test_the_criticalservices_read_fresh_are_those_of_the_namespace_and_those_naming_none(
+        met: RunningStandIn) -> None:
+    """The fresh read asks the API server only for the CriticalServices whose provider is in the object's namespace
+    or names none (the CRD's selectable field spec.provider.namespace): one selecting Deployments in every
+    namespace, written after the cache decided, still refuses; one in another namespace is never sent."""
+    cached = decide(provider_delete(), met.store.state)
+    assert cached.allowed and cached.protected
+    everywhere = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService",
+                  "metadata": {"name": "every-deployment"},
+                  "spec": {"provider": {"group": "apps", "resource": "deployments", "selector": {}},
+                           "criteria": [{"type": "SpecificResource", "specificResource": {
+                               "resource": "namespaces", "name": "finalizer-namespace"}}]}}
+    elsewhere = {"apiVersion": "criticalsvc.io/v1alpha1", "kind": "CriticalService", "metadata": {"name": "elsewhere"},
+                 "spec": {"provider": {"group": "apps", "resource": "deployments", "namespace": "cool-apps",
+                                       "name": "other"},
+                          "criteria": [{"type": "Finalizer", "finalizer": {
+                              "group": "my.crd.group", "resource": "cool", "finalizer": "x.io/f"}}]}}
+    for service in (everywhere, elsewhere):
+        await met.write(lambda s=service: met.store.create(s))
+    async with reader_for(met) as reader:
+        confirmed = await reader.confirm(provider_delete(), cached)
+    assert not confirmed.allowed and "every-deployment" in confirmed.message, confirmed.message
+    lists = [q for _m, p, q in met.faults.requests if p == SERVICES_PATH]
+    assert sorted(lists) == ["limit=500&fieldSelector=spec.provider.namespace%3D",
+                             "limit=500&fieldSelector=spec.provider.namespace%3Dfinalizer-namespace"], lists
+
+
+async def test_a_crd_without_the_selectable_field_is_read_whole_and_filtered_here(met: RunningStandIn) -> None:
+    """An API server holding the CRD from before its selectableFields answers the field selector 400 ("field label
+    not supported"): the whole list is read instead, and the decision is the same."""
+    cached = decide(provider_delete(), met.store.state)
+    met.faults.add(r"/criticalservices$", watch=False, status=400, times=2)
+    async with reader_for(met) as reader:
+        confirmed = await reader.confirm(provider_delete(), cached)
+    assert confirmed.allowed
+    lists = [q for _m, p, q in met.faults.requests if p == SERVICES_PATH]
+    assert sorted(lists) == ["limit=500", "limit=500", "limit=500&fieldSelector=spec.provider.namespace%3D",
+                             "limit=500&fieldSelector=spec.provider.namespace%3Dfinalizer-namespace"], lists
+
+
 # --- one read per question at a time --------------------------------------------------------------------
 SERVICES_PATH = "/apis/criticalsvc.io/v1alpha1/criticalservices"
 HELD_PATH = "/api/v1/namespaces/finalizer-namespace/configmaps/held"
@@ -302,7 +347,10 @@ class HeldListTransport:
 
     async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = "") -> dict[str, Any]:
         if path == SERVICES_PATH:
-            answer = {"items": json.loads(json.dumps(self.services)), "metadata": {}}  # as stored now
+            field, _, value = dict(params).get("fieldSelector", "=").partition("=")
+            assert field in ("", "spec.provider.namespace"), field
+            stored = [s for s in self.services if not field or (s["spec"]["provider"].get("namespace") or "") == value]
+            answer = {"items": json.loads(json.dumps(stored)), "metadata": {}}  # as stored now
             self.lists += 1
             await self.released.wait()
             return answer
@@ -331,13 +379,13 @@ async def test_confirmations_asking_at_once_share_one_read_sent_after_they_began
     transport.services = [_service_waiting_for_held()]
     reader = LiveReader(transport, mapper=RESTMapper())  # type: ignore[arg-type]
     first = asyncio.ensure_future(reader.decide(provider_delete()))
-    await _until(lambda: transport.lists == 1)
+    await _until(lambda: transport.lists == 2)  # the two narrow LISTs (provider namespace, and none)
     rest = [asyncio.ensure_future(reader.decide(provider_delete())) for _ in range(8)]
     await asyncio.sleep(0.01)
-    assert transport.lists == 1, "a read was sent while the same read was in flight"
+    assert transport.lists == 2, "a read was sent while the same read was in flight"
     transport.released.set()
     confirmations = await asyncio.gather(first, *rest)
-    assert transport.lists == 2 and reader.reads <= 4  # two LISTs; the ConfigMap GETs shared likewise
+    assert transport.lists == 4 and reader.reads <= 6  # each LIST twice; the ConfigMap GETs shared likewise
     assert all(not c.decision.allowed and "still exists" in c.decision.message for c in confirmations)
 
 
@@ -347,7 +395,7 @@ async def test_a_confirmation_never_takes_a_read_sent_before_it_began() -> None:
     transport = HeldListTransport()
     reader = LiveReader(transport, mapper=RESTMapper())  # type: ignore[arg-type]
     before = asyncio.ensure_future(reader.decide(provider_delete()))
-    await _until(lambda: transport.lists == 1)
+    await _until(lambda: transport.lists == 2)
     transport.services = [_service_waiting_for_held()]  # written after the first LIST was answered
     after = asyncio.ensure_future(reader.decide(provider_delete()))
     await asyncio.sleep(0.01)
@@ -355,7 +403,7 @@ async def test_a_confirmation_never_takes_a_read_sent_before_it_began() -> None:
     early, late = await asyncio.gather(before, after)
     assert early.decision.allowed and early.decision.rule == Rule.UNPROTECTED
     assert not late.decision.allowed and "still exists" in late.decision.message
-    assert transport.lists == 2
+    assert transport.lists == 4
 
 
 async def test_a_refused_confirmation_is_remembered_for_status_until_one_succeeds(met: RunningStandIn) -> None:
