@@ -15,6 +15,8 @@ from then on reaches API server 1 - far beyond an informer's usual lag - and the
   API server 1 is admitted: the route by name alone is what a lagging API server does not have.
 * CREATE then DELETE at once through another API server: a provider created through API server 0 under the
   name an existing CriticalService protects is refused when deleted at once through 1 and through 2.
+* The outage on every API server: every gate replica frozen, an unprotected DELETE and UPDATE go through at
+  once through each API server, the lagging one too, and the protected DELETEs fail closed on each.
 * Upgrade with no window: the shipped configuration as it was before the labels (no protected.gate; Ready
   says EnforcingByRoute once the leader has read it), then the current one applied, while a dry-run DELETE of
   the provider is sent in a loop through the balancer: every one refused, and Ready turns Enforcing.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,6 +46,7 @@ LAGGING = 1
 CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
 SHIPPED = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{SHIPPED_CONFIGURATION}"
 DRY_RUN = {"dryRun": "All"}
+AT_ONCE = 2.0  # seconds: an answer that did not wait for a webhook's timeout (5 s)
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +167,56 @@ def test_ready_then_at_once_through_a_lagging_api_server_every_protected_request
         assert first.delete(f"/api/v1/namespaces/{plain}/configmaps/settings", params=DRY_RUN).status_code == 403
         assert lagging.delete(f"/api/v1/namespaces/{plain}/configmaps/settings",
                               params=DRY_RUN).status_code == 200
+
+
+def test_an_outage_on_every_api_server_refuses_only_what_is_protected(three: RealCluster) -> None:
+    """Round 4's outage (tests/test_realcluster_routing.py, where its negative controls are) on three API servers,
+    one of them lagging: with every gate replica frozen, through each API server an unprotected DELETE and UPDATE
+    go through at once and the protected DELETE fails closed ("failed calling webhook")."""
+    cluster = three
+    with clients(cluster) as each, cluster.plane.webhook_lag(LAGGING):
+        first = each[0]
+        guarded, free = unique("outage-guarded"), unique("outage-free")
+        _namespace(first, guarded)
+        _namespace(first, free)
+        provider = _deployment(first, guarded, "p")
+        free_deployments = [_deployment(first, free, f"app-{i}") for i in range(len(each))]
+        settings = f"/api/v1/namespaces/{free}/configmaps/settings"
+        assert first.create(f"/api/v1/namespaces/{free}/configmaps", {
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}).status_code == 201
+        name = unique("outage")
+        _critical_service(first, name, {"group": "apps", "resource": "deployments", "namespace": guarded,
+                                        "name": "p"}, guarded)
+        assert _wait_ready(cluster, name) == "Enforcing"
+
+        answers: dict[tuple[int, str], tuple[int, float, str]] = {}
+
+        def through(index: int, client: Client) -> None:
+            for what, send in (
+                    ("unprotected DELETE", lambda: client.delete(free_deployments[index])),
+                    ("unprotected UPDATE", lambda: client.request(
+                        "PATCH", settings, json={"metadata": {"labels": {"outage": str(index)}}},
+                        headers={"Content-Type": "application/merge-patch+json"})),
+                    ("protected DELETE", lambda: client.delete(
+                        provider if index != LAGGING else f"/api/v1/namespaces/{guarded}", params=DRY_RUN))):
+                started = time.monotonic()
+                answer = send()
+                answers[(index, what)] = (answer.status_code, time.monotonic() - started, answer.text)
+
+        with cluster.gate.frozen():
+            # One thread per API server: each protected request waits out the webhook's timeout on its own.
+            threads = [threading.Thread(target=through, args=(i, c), daemon=True) for i, c in enumerate(each)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+        for index in range(len(each)):
+            for what in ("unprotected DELETE", "unprotected UPDATE"):
+                status, took, text = answers[(index, what)]
+                assert status == 200 and took < AT_ONCE, (index, what, status, took, text)
+            # The provider through 0 and 2, its namespace through lagging 1 (each waits out the webhook's timeout).
+            status, _took, text = answers[(index, "protected DELETE")]
+            assert status == 500 and "failed calling webhook" in text, (index, status, text)
 
 
 def test_a_provider_created_and_deleted_at_once_through_another_api_server_is_refused(

@@ -16,9 +16,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -104,19 +102,6 @@ def readable(realcluster: RealCluster) -> Iterator[RealCluster]:
         yield realcluster
     finally:
         realcluster.admin.delete(f"{CLUSTERROLES}/{name}")
-
-
-@contextlib.contextmanager
-def _stopped(cluster: RealCluster) -> Iterator[None]:
-    """Every replica stopped (SIGSTOP: the process holds its sockets and answers nothing), then continued."""
-    processes = [r.process for r in cluster.gate.replicas]
-    for p in processes:
-        p.signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for p in processes:
-            p.signal(signal.SIGCONT)
 
 
 @pytest.mark.parametrize("kind", ["deployment", "configmap"])
@@ -240,7 +225,7 @@ def test_an_outage_refuses_only_what_is_protected(readable: RealCluster) -> None
         assert cluster.admin.delete(provider).status_code == 403  # ... and what it protects does
         assert _decisions(cluster) - before == 1
 
-        with _stopped(cluster):
+        with cluster.gate.frozen():
             for name in free_deployments[1:4]:
                 answer, took = _timed(lambda n=name: cluster.admin.delete(
                     f"/apis/apps/v1/namespaces/{free}/deployments/{n}"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import socket
 import ssl
 import subprocess
@@ -196,6 +197,19 @@ class InstalledGate:
             yield gate
         finally:
             self.restart()
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Every replica stopped (SIGSTOP: a hung node - the process holds its sockets and answers nothing), then
+        continued."""
+        processes = [r.process for r in self.replicas]
+        for process in processes:
+            process.signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for process in processes:
+                process.signal(signal.SIGCONT)
 
     def logs(self, lines: int = 60) -> str:
         return "\n".join(f"--- {g.process.name} ({g.process.log_path}) ---\n{g.process.tail(lines)}"
