@@ -15,7 +15,8 @@ API server's own watch cache and be just as stale as ours):
     protecting(o), hosted_in(ns)
                              LIST of criticalservices?fieldSelector=spec.provider.namespace=<ns>, and =""
                              (a provider with no namespace: cluster-scoped, or a selector over all of them),
-                             filtered here again; a provider selector is matched against the request's labels,
+                             for `protecting` with ,spec.provider.group=<the object's group>; filtered here
+                             again; a provider selector is matched against the request's labels,
                              or a fresh GET's. The whole list when this confirmation read it anyway
     resolve(gr)              the cache's mapper when it knows the name; otherwise the group's fresh
                              discovery documents, so a type whose CRD appeared a moment ago is seen
@@ -112,6 +113,7 @@ Question = tuple[Hashable, ...]
 # The CRD's selectable field (api/criticalservices.criticalsvc.io.yaml) a LIST of CriticalServices may filter on:
 # the API server then serializes only the CriticalServices that could protect an object in one namespace.
 PROVIDER_NAMESPACE_FIELD = "spec.provider.namespace"
+PROVIDER_GROUP_FIELD = "spec.provider.group"
 FailureReason = Literal["timeout", "error"]
 
 
@@ -154,10 +156,10 @@ def _describe(q: Question) -> str:
     match q:
         case ("services",):
             return "the CriticalServices"
-        case ("services-in", ""):
-            return "the CriticalServices whose provider names no namespace"
-        case ("services-in", namespace):
-            return f"the CriticalServices whose provider is in namespace {namespace}"
+        case ("services-in", namespace, group):
+            where = f"in namespace {namespace}" if namespace else "with no namespace"
+            of = "" if group is None else f" of API group {group or 'core'}"
+            return f"the CriticalServices whose provider is {where}{of}"
         case ("group", group):
             return f"the discovery of API group {group or 'core'}"
         case ("get", gr, namespace, name, _):
@@ -246,21 +248,21 @@ class LiveState:
         services: list[CriticalService] = self._answer(("services",), [])
         return self._saw(services)
 
-    def _services_for(self, namespace: str) -> Collection[CriticalService]:
-        """Every CriticalService whose provider is in `namespace` ("": none) or names no namespace: a superset
-        of what `protecting` and `hosted_in` return for an object there. Two narrow reads, or the whole list
-        when this confirmation asks for it anyway."""
+    def _services_for(self, namespace: str, group: str | None = None) -> Collection[CriticalService]:
+        """Every CriticalService whose provider is in `namespace` ("": none) or names no namespace, of API group
+        `group` (None: any): a superset of what `protecting` and `hosted_in` return for an object there. Two
+        narrow reads, or the whole list when this confirmation asks for it anyway."""
         if ("services",) in self.memo:
             return self.critical_services()
-        services: list[CriticalService] = list(self._answer(("services-in", ""), []))
+        services: list[CriticalService] = list(self._answer(("services-in", "", group), []))
         if namespace:
-            services += self._answer(("services-in", namespace), [])
+            services += self._answer(("services-in", namespace, group), [])
         return self._saw(services)
 
     def protecting(self, provider: ObjectRef, labels: Mapping[str, str] | None = None) -> Collection[CriticalService]:
         target = self.resolve(provider.group_resource) or provider.group_resource
         out: list[CriticalService] = []
-        for cs in self._services_for(provider.namespace):
+        for cs in self._services_for(provider.namespace, provider.group_resource.group):
             p = cs.provider
             if p.group_resource.group != provider.group_resource.group:
                 continue
@@ -298,8 +300,9 @@ class _Predicting(LiveState):
         match q:
             case ("services",):
                 return list(self.cache.critical_services())
-            case ("services-in", str(namespace)):
-                return [cs for cs in self.cache.critical_services() if (cs.provider.namespace or "") == namespace]
+            case ("services-in", str(namespace), group):
+                return [cs for cs in self.cache.critical_services() if (cs.provider.namespace or "") == namespace
+                        and group in (None, cs.provider.group_resource.group)]
             case ("get", GroupResource() as gr, str(namespace), str(name), _):
                 return self.cache.get(ObjectRef(gr, namespace, name))
             case ("list", GroupResource() as gr, namespace, _selector, _):
@@ -409,7 +412,8 @@ class LiveReader:
         # A stored object's resourceVersion changes with every write to it, so (uid, resourceVersion)
         # names one parse exactly; the memo keeps only what the latest LIST held.
         self._parsed: dict[tuple[str, str], CriticalService | None] = {}
-        self._parsed_in: dict[str, dict[tuple[str, str], CriticalService | None]] = {}  # by provider namespace
+        # ... and per narrow read, by (provider namespace, group or None)
+        self._parsed_in: dict[tuple[str, str | None], dict[tuple[str, str], CriticalService | None]] = {}
         self._flights: dict[Question, _Flights] = {}
         self.reads = 0  # fresh reads sent, shared ones once
         # The object of each request whose confirmation failed, until one of it succeeds: the caches may see a
@@ -477,7 +481,7 @@ class LiveReader:
             match q:
                 case ("services",):
                     size = cache.count(CRITICAL_SERVICES)
-                case ("services-in", _):
+                case ("services-in", *_):
                     size = 1  # the API server sends only those in one namespace (PROVIDER_NAMESPACE_FIELD)
                 case ("carriers", GroupResource() as gr, *_):
                     size = cache.count(gr)  # no selector exists for finalizers: the LIST is of the whole type
@@ -589,8 +593,9 @@ class LiveReader:
                 return RESTMapper(types) if types is not None else None
             case ("services",):
                 return await self._services(memo, deadline)
-            case ("services-in", str(namespace)):
-                return await self._services(memo, deadline, provider_namespace=namespace)
+            case ("services-in", str(namespace), group):
+                return await self._services(memo, deadline, provider_namespace=namespace,
+                                            provider_group=group if isinstance(group, str) else None)
             case ("get", GroupResource() as gr, str(namespace), str(name), frozenset() as conditioned):
                 return await self._get(gr, namespace, name, conditioned, memo, deadline)
             case ("list", GroupResource() as gr, namespace, str(selector), frozenset() as conditioned):
@@ -700,13 +705,17 @@ class LiveReader:
         if self.on_finalizer_read is not None:
             self.on_finalizer_read(method, time.monotonic() - started)
 
-    async def _services(self, memo: Mapping[Question, Any], deadline: float, *,
-                        provider_namespace: str | None = None) -> list[CriticalService]:
-        """Every CriticalService; with `provider_namespace`, those whose provider is in it ("": names none)."""
+    async def _services(self, memo: Mapping[Question, Any], deadline: float, *, provider_namespace: str | None = None,
+                        provider_group: str | None = None) -> list[CriticalService]:
+        """Every CriticalService; with `provider_namespace`, those whose provider is in it ("": names none), and
+        with `provider_group` too, of that API group."""
+        narrow = None if provider_namespace is None else (provider_namespace, provider_group)
         from .api import parse_critical_service
 
         async def read(t: ResourceType) -> list[CriticalService]:
             fields = "" if provider_namespace is None else f"{PROVIDER_NAMESPACE_FIELD}={provider_namespace}"
+            if fields and provider_group is not None:
+                fields += f",{PROVIDER_GROUP_FIELD}={provider_group}"
             try:
                 items = await self._list_items(t.path(), "", deadline, accept="application/json", fields=fields)
             except APIStatusError as exc:
@@ -714,7 +723,7 @@ class LiveReader:
                 if not fields or exc.code != 400:
                     raise
                 items = await self._list_items(t.path(), "", deadline, accept="application/json")
-            previous = self._parsed if provider_namespace is None else self._parsed_in.get(provider_namespace, {})
+            previous = self._parsed if narrow is None else self._parsed_in.get(narrow, {})
             out: list[CriticalService] = []
             parsed: dict[tuple[str, str], CriticalService | None] = {}
             for item in items:
@@ -729,12 +738,13 @@ class LiveReader:
                 if key is not None:
                     parsed[key] = cs
                 # Filtered here too: the answer must not depend on the server honouring the field selector.
-                if cs is not None and provider_namespace in (None, cs.provider.namespace or ""):
+                if cs is not None and provider_namespace in (None, cs.provider.namespace or "") \
+                        and provider_group in (None, cs.provider.group_resource.group):
                     out.append(cs)
-            if provider_namespace is None:
+            if narrow is None:
                 self._parsed = parsed
             else:
-                self._parsed_in[provider_namespace] = parsed
+                self._parsed_in[narrow] = parsed
             return out
 
         if self.mapper is None or self.mapper.lookup(CRITICAL_SERVICES) is None:

@@ -158,7 +158,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # none (a selector over every namespace, a cluster-scoped provider). Without the second, a CriticalService
     # selecting across namespaces, created a moment ago, is missed and the stale cache's ALLOW stands.
     Mutant("live-services-in-namespace-only", "criticalsvc/live.py",
-           '        services: list[CriticalService] = list(self._answer(("services-in", ""), []))\n',
+           '        services: list[CriticalService] = list(self._answer(("services-in", "", group), []))\n',
            "        services: list[CriticalService] = []\n",
            ("tests/test_live.py::test_the_criticalservices_read_fresh_are_those_of_the_namespace_and_those_naming_none",)),
     Mutant("catchup-mirror-trusted", "criticalsvc/cache/catchup.py",

@@ -170,6 +170,10 @@ async def decide_both(env: RunningStandIn, requests: list[AdmissionRequest], *,
     cannot answer, as `serve` runs it."""
     async with started_cache(env) as (cache, transport):
         assert await cache.wait_ready(READY_TIMEOUT), f"the cache did not sync: {cache.unsynced()}"
+        # Ready as the webhook counts it, but a type may still be listed again for the conditions the
+        # CriticalServices put on it; until then its objects' outcomes are "not evaluated yet" and count, a
+        # denial the fresh read does not share. The same state, not the same moment, is what is compared.
+        await eventually(lambda: not cache.watches.successors, what="no type listed again for its conditions")
         if stale is not None:
             await stale(env, cache)
         reader = LiveReader(transport, mapper=cache.mapper, timeout=LIVE_TIMEOUT)

@@ -71,7 +71,7 @@ def test_live_state_collects_the_questions_a_decision_asks() -> None:
     live = LiveState(mapper=RESTMapper())
     decide(provider_delete(), live)
     # Only the CriticalServices that could protect an object of that namespace, never the whole list.
-    narrow = {("services-in", PROVIDER.namespace), ("services-in", "")}
+    narrow = {("services-in", PROVIDER.namespace, "apps"), ("services-in", "", "apps")}
     assert live.missing == narrow
     answered = LiveState({key: [] for key in narrow}, mapper=RESTMapper())
     decision = decide(provider_delete(), answered)
@@ -81,7 +81,8 @@ def test_live_state_collects_the_questions_a_decision_asks() -> None:
 def test_a_failed_read_in_the_memo_makes_the_decision_unverifiable() -> None:
     """When the deciding path reaches a read that failed, the decision is the 'could not verify' denial."""
     failed = LiveReadFailed("a fresh read of the CriticalServices from the API server failed: 500", reason="error")
-    live = LiveState({("services-in", ""): failed, ("services-in", PROVIDER.namespace): []}, mapper=RESTMapper())
+    live = LiveState({("services-in", "", "apps"): failed, ("services-in", PROVIDER.namespace, "apps"): []},
+                     mapper=RESTMapper())
     decision = decide(provider_delete(), live)
     assert not decision.allowed and decision.rule == Rule.UNVERIFIABLE
     assert "could not verify" in decision.message and "500" in decision.message
@@ -304,8 +305,9 @@ async def test_the_criticalservices_read_fresh_are_those_of_the_namespace_and_th
         confirmed = await reader.confirm(provider_delete(), cached)
     assert not confirmed.allowed and "every-deployment" in confirmed.message, confirmed.message
     lists = [q for _m, p, q in met.faults.requests if p == SERVICES_PATH]
-    assert sorted(lists) == ["limit=500&fieldSelector=spec.provider.namespace%3D",
-                             "limit=500&fieldSelector=spec.provider.namespace%3Dfinalizer-namespace"], lists
+    assert sorted(lists) == ["limit=500&fieldSelector=spec.provider.namespace%3D,spec.provider.group%3Dapps",
+                             "limit=500&fieldSelector=spec.provider.namespace%3Dfinalizer-namespace,"
+                             "spec.provider.group%3Dapps"], lists
 
 
 async def test_a_crd_without_the_selectable_field_is_read_whole_and_filtered_here(met: RunningStandIn) -> None:
@@ -317,8 +319,10 @@ async def test_a_crd_without_the_selectable_field_is_read_whole_and_filtered_her
         confirmed = await reader.confirm(provider_delete(), cached)
     assert confirmed.allowed
     lists = [q for _m, p, q in met.faults.requests if p == SERVICES_PATH]
-    assert sorted(lists) == ["limit=500", "limit=500", "limit=500&fieldSelector=spec.provider.namespace%3D",
-                             "limit=500&fieldSelector=spec.provider.namespace%3Dfinalizer-namespace"], lists
+    assert sorted(lists) == ["limit=500", "limit=500",
+                             "limit=500&fieldSelector=spec.provider.namespace%3D,spec.provider.group%3Dapps",
+                             "limit=500&fieldSelector=spec.provider.namespace%3Dfinalizer-namespace,"
+                             "spec.provider.group%3Dapps"], lists
 
 
 # --- one read per question at a time --------------------------------------------------------------------
@@ -347,9 +351,10 @@ class HeldListTransport:
 
     async def get(self, path: str, params: Any = (), *, timeout: float, accept: str = "") -> dict[str, Any]:
         if path == SERVICES_PATH:
-            field, _, value = dict(params).get("fieldSelector", "=").partition("=")
-            assert field in ("", "spec.provider.namespace"), field
-            stored = [s for s in self.services if not field or (s["spec"]["provider"].get("namespace") or "") == value]
+            wanted = dict(f.partition("=")[::2] for f in dict(params).get("fieldSelector", "").split(",") if f)
+            assert set(wanted) <= {"spec.provider.namespace", "spec.provider.group"}, wanted
+            stored = [s for s in self.services if all(
+                (s["spec"]["provider"].get(field.rsplit(".", 1)[1]) or "") == value for field, value in wanted.items())]
             answer = {"items": json.loads(json.dumps(stored)), "metadata": {}}  # as stored now
             self.lists += 1
             await self.released.wait()
