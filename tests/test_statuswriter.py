@@ -493,6 +493,30 @@ def test_the_writer_shows_a_refused_confirmation_until_one_succeeds(cluster):
     assert refused[0] == "CannotConfirm" and "no answer within 2 s" in refused[1]
 
 
+def _leading(interval: float, one_pass: Callable[[StatusWriter], Any], drive: Callable[[StatusWriter], Any]) -> None:
+    """A leading writer over two CriticalServices whose passes are `one_pass(writer)` (no seed), while `drive(writer)`
+    runs beside it; then stopped."""
+    writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:9")),
+                          source=CountingSource(_many_services(2)), identity="a", interval=interval)
+
+    async def seeded() -> int:
+        return 0
+
+    writer.sync_once = lambda: one_pass(writer)  # type: ignore[method-assign]
+    writer.seed = seeded  # type: ignore[method-assign]
+
+    async def lead() -> None:
+        leading = asyncio.create_task(writer._lead())
+        try:
+            await drive(writer)
+        finally:
+            leading.cancel()
+            await asyncio.gather(leading, return_exceptions=True)
+            await writer.api_client.close()
+
+    asyncio.run(lead())
+
+
 @pytest.mark.parametrize("interval", [5.0, 0.01])
 def test_a_burst_of_denials_costs_one_status_pass_a_second(interval):
     """A teardown pokes the writer with every denial; passes follow the pokes, but at most one a second
@@ -500,32 +524,18 @@ def test_a_burst_of_denials_costs_one_status_pass_a_second(interval):
     shorter than that (as the tests' writers), passes as often as its interval lets it."""
     from criticalsvc import statuswriter
 
-    writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:9")),
-                          source=CountingSource(_many_services(2)), identity="a", interval=interval)
     passes: list[float] = []
 
-    async def counting_pass() -> int:
+    async def counting_pass(_writer: StatusWriter) -> int:
         passes.append(time.monotonic())
         return 0
 
-    async def seeded() -> int:
-        return 0
+    async def burst(writer: StatusWriter) -> None:
+        for _ in range(150):  # 1.5 s of denials, one every 10 ms
+            writer.poke()
+            await asyncio.sleep(0.01)
 
-    writer.sync_once = counting_pass  # type: ignore[method-assign]
-    writer.seed = seeded  # type: ignore[method-assign]
-
-    async def burst() -> None:
-        leading = asyncio.create_task(writer._lead())
-        try:
-            for _ in range(150):  # 1.5 s of denials, one every 10 ms
-                writer.poke()
-                await asyncio.sleep(0.01)
-        finally:
-            leading.cancel()
-            await asyncio.gather(leading, return_exceptions=True)
-            await writer.api_client.close()
-
-    asyncio.run(burst())
+    _leading(interval, counting_pass, burst)
     if interval < statuswriter.MIN_PASS_INTERVAL:
         assert len(passes) > 20, passes
     else:
@@ -540,11 +550,9 @@ def test_a_pass_that_waited_on_its_writes_does_not_delay_the_next(held):
     where the pause used to be twice the pass's length (at 10,000 CriticalServices, 11 minutes without a status
     written). The negative control holds the loop for a second: the pause is paced on that, and the next pass
     waits for it."""
-    writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:9")),
-                          source=CountingSource(_many_services(2)), identity="a", interval=30.0)
     passes: list[float] = []
 
-    async def slow_pass() -> int:
+    async def slow_pass(writer: StatusWriter) -> int:
         passes.append(time.monotonic())
         if len(passes) == 1:
             time.sleep(held)  # computing: the loop held
@@ -552,28 +560,16 @@ def test_a_pass_that_waited_on_its_writes_does_not_delay_the_next(held):
             await asyncio.sleep(1.2)  # awaiting writes: the loop free
         return 0
 
-    async def seeded() -> int:
-        return 0
+    async def ready_turns(writer: StatusWriter) -> None:
+        while not passes:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        writer.poke_soon()  # a route went live during the pass: a Ready turns
+        deadline = time.monotonic() + 5
+        while len(passes) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
-    writer.sync_once = slow_pass  # type: ignore[method-assign]
-    writer.seed = seeded  # type: ignore[method-assign]
-
-    async def lead() -> None:
-        leading = asyncio.create_task(writer._lead())
-        try:
-            while not passes:
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.1)
-            writer.poke_soon()  # a route went live during the pass: a Ready turns
-            deadline = time.monotonic() + 5
-            while len(passes) < 2 and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-        finally:
-            leading.cancel()
-            await asyncio.gather(leading, return_exceptions=True)
-            await writer.api_client.close()
-
-    asyncio.run(lead())
+    _leading(30.0, slow_pass, ready_turns)
     assert len(passes) == 2, passes
     after = passes[1] - passes[0] - 1.2 - held  # from the end of the first pass to the start of the next
     if held:
