@@ -197,7 +197,7 @@ def test_rolling_restart_fails_no_admission_call(ha: RealCluster) -> None:
         time.sleep(1)
     finally:
         stream.stop()
-    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.plane))
+    calls = AdmissionCalls.between(before, admission_metrics.settled(ha.plane))
     print(f"\nrolling restart ({', '.join(f'{t:.1f}' for t in took)} s per replica, SIGTERM to ready behind the "
           f"Service): {sum(stream.statuses.values())} deletes, statuses {dict(stream.statuses)}; {calls}")
     _assert_no_failed_call(stream, held, calls)
@@ -246,7 +246,7 @@ def test_serving_certificate_rotated_on_every_replica_under_load_fails_no_admiss
             time.sleep(1)
     finally:
         stream.stop()
-    calls = AdmissionCalls.between(before, admission_metrics.scrape(ha.plane))
+    calls = AdmissionCalls.between(before, admission_metrics.settled(ha.plane))
     reloads = {g.process.name: g.metric(RELOADS, result="ok") - reloads_before[g.process.name][0] for g in replicas}
     failed = {g.process.name: g.metric(RELOADS, result="failed") - reloads_before[g.process.name][1]
               for g in replicas}

@@ -24,6 +24,7 @@ asks each API server directly and sums.
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 
 import attrs
@@ -73,6 +74,23 @@ def samples(metrics_text: str, *, webhooks: str = GATE_WEBHOOKS) -> Counter[Samp
         if labels.get("name", "").endswith(webhooks):
             found[(match["metric"], tuple(sorted(labels.items())))] += int(float(match["value"]))
     return found
+
+
+def settled(source: ControlPlane | Client, *, webhooks: str = GATE_WEBHOOKS, timeout: float = 10.0,
+            interval: float = 0.5) -> Counter[Sample]:
+    """`scrape`, once two in a row agree (within `timeout`, else the last): kube-apiserver counts a denial in
+    request_total and in rejection_count one after the other, so a scrape taken while a late call is answered (the
+    gate's replay of a refused DELETE, say) may show it rejected and not yet denied: one "failed" call that is not
+    (seen once in CI: 5 rejected, 4 denied, no error). A call that really failed stays counted when they settle."""
+    deadline = time.monotonic() + timeout
+    last = scrape(source, webhooks=webhooks)
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        now = scrape(source, webhooks=webhooks)
+        if now == last:
+            return now
+        last = now
+    return last
 
 
 @attrs.frozen
