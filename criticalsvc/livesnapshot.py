@@ -17,7 +17,7 @@ from .state import MemoryState
 
 def snapshot_cluster(*, kubeconfig: str | None = None, context: str | None = None,
                      timeout: float = 30.0) -> MemoryState:
-    from .cache import CacheState, KubeTransport, connect
+    from .cache import CacheState, KubeTransport, connect, disconnect
 
     async def read() -> MemoryState:
         api = await connect(kubeconfig=kubeconfig, context=context)
@@ -34,7 +34,7 @@ def snapshot_cluster(*, kubeconfig: str | None = None, context: str | None = Non
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(cache.stop(), 2.0)
         finally:
-            await api.close()
+            await disconnect(api)
 
     return asyncio.run(read())
 
@@ -44,7 +44,7 @@ def read_object(t: ResourceType, *, namespace: str, name: str, kubeconfig: str |
     """One object as the API server would send it as oldObject (None when it does not exist): for a
     type no CriticalService names, which the caches above do not hold - its labels still decide
     (deletion-protected), and answering for an unlabelled object would be wrong."""
-    from .cache import APIStatusError, KubeTransport, connect
+    from .cache import APIStatusError, KubeTransport, connect, disconnect
 
     async def read() -> dict[str, Any] | None:
         api = await connect(kubeconfig=kubeconfig, context=context)
@@ -55,7 +55,7 @@ def read_object(t: ResourceType, *, namespace: str, name: str, kubeconfig: str |
                 return None
             raise
         finally:
-            await api.close()
+            await disconnect(api)
 
     return asyncio.run(read())
 
@@ -64,7 +64,7 @@ def read_deletion_intents(*, namespace: str, kubeconfig: str | None = None, cont
                           timeout: float = 10.0) -> list[Any] | None:
     """The deletion intents the gate recorded (ConfigMaps in its namespace, criticalsvc/replay.py), or None
     when they cannot be read (no such namespace, or the caller may not list ConfigMaps there)."""
-    from .cache import APIError, KubeTransport, connect
+    from .cache import APIError, KubeTransport, connect, disconnect
     from .errors import InvalidInput
     from .replay import RECORD_LABEL, from_record
 
@@ -76,7 +76,7 @@ def read_deletion_intents(*, namespace: str, kubeconfig: str | None = None, cont
         except APIError:
             return None
         finally:
-            await api.close()
+            await disconnect(api)
         intents = []
         for item in page.get("items") or []:
             with contextlib.suppress(InvalidInput):

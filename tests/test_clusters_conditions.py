@@ -58,11 +58,16 @@ def test_a_namespace_whose_only_pod_succeeded_is_deletable_only_with_a_phase_con
         wait_for(lambda: answer().status_code == 403 and refused in answer().json()["message"], timeout=60,
                  what="the gate to refuse the namespace for its Succeeded pod")
 
-        current = cluster.admin.get(f"{CRITICAL_SERVICES}/{service}")
-        assert current is not None
-        current["spec"]["criteria"][0]["condition"] = ACTIVE
-        updated = cluster.admin.request("PUT", f"{CRITICAL_SERVICES}/{service}", json=current)
-        assert updated.status_code == 200, updated.text
+        def with_condition() -> int:
+            """GET, then PUT with the condition: a status the gate writes in between is a 409, read again (as
+            `kubectl edit` does)."""
+            current = cluster.admin.get(f"{CRITICAL_SERVICES}/{service}")
+            assert current is not None
+            current["spec"]["criteria"][0]["condition"] = ACTIVE
+            updated = cluster.admin.request("PUT", f"{CRITICAL_SERVICES}/{service}", json=current)
+            assert updated.status_code in (200, 409), updated.text
+            return int(updated.status_code)
+        wait_for(lambda: with_condition() == 200, timeout=30, what="the condition written")
         wait_for(lambda: answer().status_code == 200, timeout=60,
                  what="the namespace to be deletable once the condition excludes the Succeeded pod")
         assert cluster.admin.delete(ns_path).status_code == 200

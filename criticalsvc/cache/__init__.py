@@ -15,7 +15,7 @@ from ..backoff import Backoff
 from .discovery import DiscoveryResult, discover, discover_group
 from .manager import ALWAYS_WATCHED, CacheState
 from .reflector import Reflector
-from .transport import APIError, APIStatusError, KubeTransport, Transport, TransportError, connect
+from .transport import APIError, APIStatusError, KubeTransport, Transport, TransportError, connect, disconnect
 
 __all__ = [
     "ALWAYS_WATCHED",
@@ -29,6 +29,7 @@ __all__ = [
     "Transport",
     "TransportError",
     "connect",
+    "disconnect",
     "discover",
     "discover_group",
 ]

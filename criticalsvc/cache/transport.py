@@ -252,7 +252,7 @@ def _describe(exc: BaseException) -> str:
 async def connect(*, kubeconfig: str | None = None, context: str | None = None) -> Any:
     """A `kubernetes.aio` ApiClient from a kubeconfig (or $KUBECONFIG / ~/.kube/config), else in-cluster.
 
-    The caller closes it (`await api_client.close()`). Passing `kubeconfig` forces that file; without
+    The caller closes it with `disconnect`. Passing `kubeconfig` forces that file; without
     it the in-cluster service account is used when the process runs in a pod, as `kubectl` would.
     """
     import os
@@ -280,15 +280,30 @@ async def connect(*, kubeconfig: str | None = None, context: str | None = None) 
     return client.ApiClient(configuration)
 
 
+# aiohttp closes a TLS connection asynchronously; its documented wait before the loop ends
+# (https://docs.aiohttp.org/en/stable/client_advanced.html#graceful-shutdown).
+TLS_CLOSE_WAIT = 0.25
+
+
+async def disconnect(api_client: Any) -> None:
+    """Close a client from `connect`, then wait the moment its TLS connections take to close: a command that ends
+    its event loop at once leaves their sockets open, and they warn (ResourceWarning) wherever the garbage
+    collector finds them - in the tests that run commands in-process, another test."""
+    await api_client.close()
+    await asyncio.sleep(TLS_CLOSE_WAIT)
+
+
 __all__ = [
     "ACCEPT_JSON",
     "ACCEPT_METADATA",
     "ACCEPT_METADATA_LIST",
+    "TLS_CLOSE_WAIT",
     "APIError",
     "APIStatusError",
     "KubeTransport",
     "Transport",
     "TransportError",
     "connect",
+    "disconnect",
     "status_error",
 ]

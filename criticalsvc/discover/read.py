@@ -30,7 +30,7 @@ from ..api import (
     ResourcesCriterion,
     SpecificResourceCriterion,
 )
-from ..cache import APIError, KubeTransport, connect, discover
+from ..cache import APIError, KubeTransport, connect, disconnect, discover
 from ..cache.transport import ACCEPT_JSON, ACCEPT_METADATA_LIST, Transport, list_items
 from ..restmapper import ResourceType
 from .coverage import Served, served_by, served_of
@@ -157,7 +157,7 @@ def read_cluster(*, kubeconfig: str | None = None, context: str | None = None, n
                 if questions_for is not None else {}
             return read, answers
         finally:
-            await api.close()
+            await disconnect(api)
 
     return asyncio.run(run())
 
