@@ -301,8 +301,8 @@ class _Predicting(LiveState):
             case ("services",):
                 return list(self.cache.critical_services())
             case ("services-in", str(namespace), group):
-                return [cs for cs in self.cache.critical_services() if (cs.provider.namespace or "") == namespace
-                        and group in (None, cs.provider.group_resource.group)]
+                return [cs for cs in self.cache.critical_services()
+                        if _provided_in(cs, namespace, group if isinstance(group, str) else None)]
             case ("get", GroupResource() as gr, str(namespace), str(name), _):
                 return self.cache.get(ObjectRef(gr, namespace, name))
             case ("list", GroupResource() as gr, namespace, _selector, _):
@@ -312,6 +312,12 @@ class _Predicting(LiveState):
             case ("carriers", GroupResource() as gr, str(finalizer), _):
                 return list(self.cache.with_finalizer(gr, finalizer))
         return placeholder
+
+
+def _provided_in(cs: CriticalService, namespace: str | None, group: str | None) -> bool:
+    """Whether `cs` answers the read of the CriticalServices whose provider is in `namespace` ("": names none; None:
+    any) and of API group `group` (None: any), as the API server's field selector on the CRD's selectable fields."""
+    return namespace in (None, cs.provider.namespace or "") and group in (None, cs.provider.group_resource.group)
 
 
 def predict_questions(request: AdmissionRequest, cache: ClusterState, *, mapper: RESTMapper | None) -> set[Question]:
@@ -410,10 +416,9 @@ class LiveReader:
         # ~225 us, so at 1,000 of them a confirmation spent ~0.2 s of CPU on parsing alone and a 100-stack
         # teardown never finished (python -m benchmarks realscale, design/operations.md "Real scale").
         # A stored object's resourceVersion changes with every write to it, so (uid, resourceVersion)
-        # names one parse exactly; the memo keeps only what the latest LIST held.
-        self._parsed: dict[tuple[str, str], CriticalService | None] = {}
-        # ... and per narrow read, by (provider namespace, group or None)
-        self._parsed_in: dict[tuple[str, str | None], dict[tuple[str, str], CriticalService | None]] = {}
+        # names one parse exactly; each memo keeps only what its latest LIST held.
+        # One memo per read: the whole list (None), or a narrow one by (provider namespace, group or None).
+        self._parsed: dict[tuple[str, str | None] | None, dict[tuple[str, str], CriticalService | None]] = {}
         self._flights: dict[Question, _Flights] = {}
         self.reads = 0  # fresh reads sent, shared ones once
         # The object of each request whose confirmation failed, until one of it succeeds: the caches may see a
@@ -723,7 +728,7 @@ class LiveReader:
                 if not fields or exc.code != 400:
                     raise
                 items = await self._list_items(t.path(), "", deadline, accept="application/json")
-            previous = self._parsed if narrow is None else self._parsed_in.get(narrow, {})
+            previous = self._parsed.get(narrow, {})
             out: list[CriticalService] = []
             parsed: dict[tuple[str, str], CriticalService | None] = {}
             for item in items:
@@ -738,13 +743,9 @@ class LiveReader:
                 if key is not None:
                     parsed[key] = cs
                 # Filtered here too: the answer must not depend on the server honouring the field selector.
-                if cs is not None and provider_namespace in (None, cs.provider.namespace or "") \
-                        and provider_group in (None, cs.provider.group_resource.group):
+                if cs is not None and _provided_in(cs, provider_namespace, provider_group):
                     out.append(cs)
-            if narrow is None:
-                self._parsed = parsed
-            else:
-                self._parsed_in[narrow] = parsed
+            self._parsed[narrow] = parsed
             return out
 
         if self.mapper is None or self.mapper.lookup(CRITICAL_SERVICES) is None:

@@ -147,6 +147,7 @@ class StatusWriter:
     # --- status (leader only) ---------------------------------------------------------------------
     async def sync_once(self) -> int:
         """Write every CriticalService's status that changed; returns the number of PATCHes."""
+        self.busy = 0.0  # the loop's time this pass holds: the pause after it is paced on this, not its length
         if not self.source.ready:
             return 0
         state = self.source.state
@@ -193,7 +194,6 @@ class StatusWriter:
                 gate.release()
 
         sliced = time.perf_counter()
-        self.busy = 0.0  # the loop's time this pass holds: the pause after it is paced on this, not its length
         for cs in services:
             if time.perf_counter() - sliced > self.loop_slice:
                 # Each status is computed on the state as it is then; one whose CriticalService went meanwhile
@@ -375,7 +375,6 @@ class StatusWriter:
                 self._wake.clear()  # a poke during the pass or the pause below runs the next pass after the pause
                 self._soon.clear()
                 started = loop.time()
-                self.busy = 0.0
                 await self.sync_once()
                 # A denial's poke waits out `pause`; a Ready still to show (`_pending`) does not: the next pass
                 # follows the routes' or labels' change, or the cache event that stores a label, after SOON_PAUSE
