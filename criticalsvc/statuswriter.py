@@ -135,6 +135,8 @@ class StatusWriter:
         self._wake = asyncio.Event()
         self._soon = asyncio.Event()
         self._pending = False  # some CriticalService's written Ready is not True yet (or none is written)
+        self._pending_keys: set[tuple[str, str]] = set()  # ... which ones, as (name, uid)
+        self._soon_pending = asyncio.Event()  # poke_soon for the pending passes (sync_pending) during a pause
         self.full_pass_every = full_pass_every
         self.skipped = 0  # passes skipped as unchanged
         self.busy = 0.0  # seconds of the event loop the last pass held (its computing, not its awaiting)
@@ -147,28 +149,43 @@ class StatusWriter:
     # --- status (leader only) ---------------------------------------------------------------------
     async def sync_once(self) -> int:
         """Write every CriticalService's status that changed; returns the number of PATCHes."""
+        return await self._sync(pending_only=False)
+
+    async def sync_pending(self) -> int:
+        """Write the status of the CriticalServices whose Ready is pending (LabelPending, RoutePending) or not written
+        yet, and of no other: what a route seen live or a label stored may turn, at a cost that grows with them, not
+        with every CriticalService (at 10,000 a whole pass held the loop 0.2-0.3 s, and a new CriticalService's
+        Enforcing waited for it and for the pause after it: issue 34, CREATE -> Enforcing)."""
+        return await self._sync(pending_only=True)
+
+    async def _sync(self, *, pending_only: bool) -> int:
         self.busy = 0.0  # the loop's time this pass holds: the pause after it is paced on this, not its length
         if not self.source.ready:
             return 0
         state = self.source.state
         services = sorted(state.critical_services(), key=lambda c: c.name)
-        inputs = self._inputs(services, state)
-        if (inputs is not None and inputs == self._last_inputs
-                and time.monotonic() - self._last_pass < self.full_pass_every):
-            self.skipped += 1
-            return 0
-        full = time.monotonic() - self._last_full >= self.full_pass_every
-        if full:
-            self._last_full = time.monotonic()
-        self._last_pass = time.monotonic()
         keys: dict[tuple[str, str], Any] = {}
         # Per pass, what every key shares: each type's count of writes and readability, the labeller's errors.
         readable: dict[Any, Any] = {"labels": tuple(sorted((str(k), v) for k, v in self.labeller.errors.items()))
                                     if self.labeller else None}
-        for gone in self._written.keys() - {(cs.name, cs.uid) for cs in services}:
-            del self._written[gone]
-        for gone in self._deleters.keys() - {(cs.name, cs.uid) for cs in services}:
-            del self._deleters[gone]
+        if pending_only:
+            services = [cs for cs in services if (cs.name, cs.uid) in self._pending_keys
+                        or (cs.name, cs.uid) not in self._written]
+            inputs, full = None, False
+        else:
+            inputs = self._inputs(services, state)
+            if (inputs is not None and inputs == self._last_inputs
+                    and time.monotonic() - self._last_pass < self.full_pass_every):
+                self.skipped += 1
+                return 0
+            full = time.monotonic() - self._last_full >= self.full_pass_every
+            if full:
+                self._last_full = time.monotonic()
+            self._last_pass = time.monotonic()
+            for gone in self._written.keys() - {(cs.name, cs.uid) for cs in services}:
+                del self._written[gone]
+            for gone in self._deleters.keys() - {(cs.name, cs.uid) for cs in services}:
+                del self._deleters[gone]
         # Up to MAX_IN_FLIGHT PATCHes at a time: one after the other, 1,000 new CriticalServices' statuses took 45 s
         # to write on the real control plane (`python -m benchmarks realcluster --services 10,1000`).
         gate = asyncio.Semaphore(MAX_IN_FLIGHT)
@@ -232,9 +249,18 @@ class StatusWriter:
         results = await asyncio.gather(*sends)
         written, failed = sum(results), not all(results)
         self.writes += written
+        for cs in services:
+            if _pending(self._written.get((cs.name, cs.uid))):
+                self._pending_keys.add((cs.name, cs.uid))
+            else:
+                self._pending_keys.discard((cs.name, cs.uid))
+        if pending_only:
+            self._pending = bool(self._pending_keys)
+            return written  # the whole pass still runs: what it reads changed (the next one compares, not skips)
+        self._pending_keys &= set(keys)
+        self._pending = bool(self._pending_keys)
         self._keys = {k: v for k, v in self._keys.items() if k in keys}
         self._needs = {k: v for k, v in self._needs.items() if k in keys}
-        self._pending = any(_pending(self._written.get((cs.name, cs.uid))) for cs in services)
         # Taken before the pass: a change during it makes the next pass run. A failed write must be retried.
         self._last_inputs = None if failed else inputs
         return written
@@ -374,6 +400,7 @@ class StatusWriter:
             while True:
                 self._wake.clear()  # a poke during the pass or the pause below runs the next pass after the pause
                 self._soon.clear()
+                self._soon_pending.clear()
                 started = loop.time()
                 await self.sync_once()
                 # A denial's poke waits out `pause`; a Ready still to show (`_pending`) does not: the next pass
@@ -382,8 +409,9 @@ class StatusWriter:
                 # Paced on the loop time the pass held, never its length: a pass that waited for its PATCHes and
                 # for the reviews in between took minutes while 10,000 CriticalServices were created, and
                 # pausing twice that left 6,720 of them without a status for 11 minutes.
+                # During that pause, what may turn a pending Ready runs a pass over the pending ones alone.
                 until = loop.time() + pause
-                await asyncio.sleep(min(self.interval, max(SOON_PAUSE, 2 * self.busy)))
+                await self._pending_passes(loop.time() + min(self.interval, max(SOON_PAUSE, 2 * self.busy)))
                 await self._next_pass(until, started + self.interval)
         finally:
             self.leading = False
@@ -413,9 +441,34 @@ class StatusWriter:
             if event is not None and event.done() and not event.cancelled() and event.result():
                 return  # a cache event while a Ready is pending: it may be the label stored
 
+    async def _pending_passes(self, until: float) -> None:
+        """Pause until `until`; meanwhile a soon poke, or a cache event while a Ready is pending, runs sync_pending,
+        each paced (as a whole pass is) on the loop time it held."""
+        loop = asyncio.get_running_loop()
+        wait_event = getattr(self.source, "wait_event", None)
+        while (now := loop.time()) < until:
+            waits = [asyncio.ensure_future(self._soon_pending.wait())]
+            event = asyncio.ensure_future(wait_event(until - now)) \
+                if callable(wait_event) and self._pending else None
+            if event is not None:
+                waits.append(event)
+            try:
+                await asyncio.wait(waits, timeout=until - now, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            stored = event is not None and event.done() and not event.cancelled() and event.result()
+            if not (self._soon_pending.is_set() or stored):
+                continue
+            self._soon_pending.clear()
+            await self.sync_pending()
+            await asyncio.sleep(max(SOON_PAUSE, 2 * self.busy))
+
     def poke_soon(self) -> None:
-        """The routes or the labels changed: a Ready may turn, so the next pass runs without the denials' pause."""
+        """The routes or the labels changed: a Ready may turn, so the next pass runs without the denials' pause (and,
+        during the pause after a pass, a pass over the pending ones at once)."""
         self._soon.set()
+        self._soon_pending.set()
 
     async def run_elected(self) -> None:
         """Campaign for the Lease forever; write status while leading."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -710,3 +711,77 @@ def test_a_pending_ready_is_shown_at_the_cache_event_that_stores_its_label(pendi
         assert took is not None and took < 0.5, took
     else:
         assert took is None, took
+
+
+@pytest.mark.parametrize("pending_passes", [True, False])
+def test_a_new_critical_service_is_written_during_the_pause_after_a_whole_pass(pending_passes, monkeypatch):
+    """A whole pass over 40 CriticalServices that holds the loop 0.2 s (at 10,000 it was 0.2-0.3 s) is followed by a
+    pause of twice that. A CriticalService created and routed just after it (the router's poke_soon) has its status
+    computed at once by a pass over the pending ones alone, not after the pause and the next whole pass. The
+    negative control, a pause with no pending pass, computes it only after both."""
+    import criticalsvc.statuswriter as statuswriter
+
+    state = _many_services(40)
+    real_compute, real_key = statuswriter.compute_status, StatusWriter._key
+    computed: dict[str, float] = {}
+
+    def timed_compute(cs: Any, *args: Any, **kwargs: Any) -> Any:
+        computed.setdefault(cs.name, time.monotonic())
+        return real_compute(cs, *args, **kwargs)
+
+    def slow_key(self: StatusWriter, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.005)  # computing what a status reads: the loop held
+        return real_key(self, *args, **kwargs)
+
+    monkeypatch.setattr(statuswriter, "compute_status", timed_compute)
+    monkeypatch.setattr(StatusWriter, "_key", slow_key)
+    if not pending_passes:
+        async def plain_pause(self: StatusWriter, until: float) -> None:
+            await asyncio.sleep(until - asyncio.get_running_loop().time())
+
+        monkeypatch.setattr(StatusWriter, "_pending_passes", plain_pause)
+    source = CountingSource(state)
+    writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:9")),
+                          source=source, identity="a", interval=60.0)
+    for cs in state.critical_services():
+        writer._written[cs.name, cs.uid] = real_compute(cs, state, now=time.time(), routing=statuswriter.UNMANAGED)
+    whole_passes: list[float] = []
+    whole = writer.sync_once
+
+    async def counted_whole() -> int:
+        written = await whole()
+        whole_passes.append(time.monotonic())
+        return written
+
+    async def seeded() -> int:
+        return 0
+
+    writer.sync_once = counted_whole  # type: ignore[method-assign]
+    writer.seed = seeded  # type: ignore[method-assign]
+
+    async def scenario() -> float:
+        leading = asyncio.create_task(writer._lead())
+        try:
+            while not whole_passes:
+                await asyncio.sleep(0.001)
+            assert writer.busy >= 0.2, writer.busy  # the pause after it: twice that
+            state.upsert_critical_service(parse_critical_service({"metadata": {"name": "new", "uid": "u-new"}, "spec": {
+                "provider": {"group": "apps", "resource": "deployments", "namespace": "apps", "name": "p0"},
+                "criteria": [{"type": "SpecificResource", "specificResource": {
+                    "resource": "configmaps", "namespace": "apps", "name": "c0"}}]}}))
+            source.changes += 1
+            created = time.monotonic()
+            writer.poke_soon()  # the router: its route is live
+            while "new" not in computed and time.monotonic() < created + 5:
+                await asyncio.sleep(0.001)
+            return computed.get("new", math.inf) - created
+        finally:
+            leading.cancel()
+            await asyncio.gather(leading, return_exceptions=True)
+            await writer.api_client.close()
+
+    took = asyncio.run(scenario())
+    if pending_passes:
+        assert took < 0.1, took
+    else:
+        assert took >= 0.35, took  # the pause (0.4 s), then the whole pass that reaches it
