@@ -71,27 +71,30 @@ def namespaces(count: int) -> list[str]:
     return sorted({protected_namespace(i) for i in range(min(count, NAMESPACES))} | {CRITERIA_NAMESPACE})
 
 
-def rendered_size(configuration: dict[str, Any]) -> dict[str, Any]:
-    """The size of a rendered criticalsvc-providers: JSON bytes (compact, as stored), webhooks, and the
-    longest matchCondition expression in characters (routing.MAX_EXPRESSION_CHARS is 90,000)."""
+def rendered_size(configurations: list[dict[str, Any]]) -> dict[str, Any]:
+    """The size of criticalsvc-providers as rendered or stored, its shards together: JSON bytes (compact, as stored)
+    in all and of the largest shard (what one write carries), the configurations, their webhooks, and the longest
+    matchCondition expression in characters (routing.MAX_EXPRESSION_CHARS is 90,000)."""
     import json
 
-    webhooks = configuration.get("webhooks", [])
+    sizes = [len(json.dumps(c, separators=(",", ":"))) for c in configurations]
+    webhooks = [w for c in configurations for w in c.get("webhooks", [])]
     lengths = [len(c["expression"]) for w in webhooks for c in w.get("matchConditions", [])]
-    return {"bytes": len(json.dumps(configuration, separators=(",", ":"))), "webhooks": len(webhooks),
-            "matchConditions": len(lengths), "longestExpressionChars": max(lengths, default=0),
-            "webhooksWithoutCondition": sorted(w["name"] for w in webhooks if not w.get("matchConditions"))}
+    return {"bytes": sum(sizes), "largestBytes": max(sizes, default=0), "configurations": len(configurations),
+            "webhooks": len(webhooks), "matchConditions": len(lengths),
+            "longestExpressionChars": max(lengths, default=0),
+            "webhooksWithoutCondition": sorted({w["name"] for w in webhooks if not w.get("matchConditions")})}
 
 
 def render_offline(services: list[dict[str, Any]], shipped: dict[str, Any]) -> dict[str, Any]:
-    """criticalsvc-providers as the router would render it for `services` (built-in types only: the REST
-    mapper's defaults), with what goes broad and why; no cluster."""
+    """criticalsvc-providers (every shard) as the router would render it for `services` (built-in types only: the
+    REST mapper's defaults), with what goes broad and why; no cluster."""
     from criticalsvc.api import parse_critical_service
     from criticalsvc.restmapper import RESTMapper
-    from criticalsvc.routing import desired, render
+    from criticalsvc.routing import desired, render_all
 
     shipped = {**shipped, "metadata": {"uid": "00000000-0000-4000-8000-000000000000", **shipped["metadata"]}}
     wanted = desired([parse_critical_service(s) for s in services], RESTMapper().lookup)
-    rendered = render(wanted, shipped, probe_namespace="criticalsvc-system")
-    return {**rendered_size(rendered.configuration), "routes": len(wanted.routes),
-            "broad": sorted({reason for reason in rendered.broad.values()})}
+    rendered = render_all(wanted, shipped, probe_namespace="criticalsvc-system")
+    return {**rendered_size([r.configuration for r in rendered]), "routes": len(wanted.routes),
+            "broad": sorted({reason for r in rendered for reason in r.broad.values()})}

@@ -117,14 +117,16 @@ def measure(count: int) -> dict[str, Any]:
     out |= {"status_s": round(status_s, 5), "ready": ready["reason"]}
     absent = MemoryState(RESTMapper())
     for label, world, carried in (("absent", absent, None), ("labelled", state, True)):
-        def render(world: MemoryState = world, carried: bool | None = carried) -> routing.Rendered:
+        def render(world: MemoryState = world, carried: bool | None = carried) -> list[routing.Rendered]:
             check = (lambda ref, keys: protectionlabels.carries(world.get(ref), keys)) if carried else None
-            return routing.render(routing.desired(services, world.mapper.lookup, check), SHIPPED,
-                                  probe_namespace="criticalsvc-system")
+            return routing.render_all(routing.desired(services, world.mapper.lookup, check), SHIPPED,
+                                      probe_namespace="criticalsvc-system")
         seconds, rendered = _median(render)
-        out[f"routes_{label}"] = {"kb": len(json.dumps(rendered.configuration)) // 1024,
-                                  "webhooks": len(rendered.configuration["webhooks"]),
-                                  "broad": len(rendered.broad), "cpu_s": round(seconds, 3)}
+        sizes = [len(json.dumps(r.configuration)) for r in rendered]
+        out[f"routes_{label}"] = {"kb": sum(sizes) // 1024, "largest_kb": max(sizes) // 1024,
+                                  "configurations": len(rendered),
+                                  "webhooks": sum(len(r.configuration["webhooks"]) for r in rendered),
+                                  "broad": sum(len(r.broad) for r in rendered), "cpu_s": round(seconds, 3)}
     return out
 
 

@@ -355,6 +355,18 @@ class Modes:
     deny_bodies: list[dict[str, Any]] = attrs.field(factory=list)
     deny_noop: Noop | None = None
 
+    def use(self, saved: list[dict[str, Any]], denier: Noop) -> None:
+        """The gate's configurations as stored now (criticalsvc first, then each shard of criticalsvc-providers),
+        and the floors' copies of them."""
+
+        def floor(c: dict[str, Any], noop: Noop, prefix: str) -> dict[str, Any]:
+            rest = c["metadata"]["name"].removeprefix("criticalsvc")  # "", "-providers", "-providers-1" ...
+            return floor_configuration(c, noop, name=f"{prefix}{rest}")
+
+        self.gate_bodies = [stored_body(c) for c in saved]
+        self.floor_bodies = [floor(c, self.noop, FLOOR_CONFIGURATION_NAME) for c in saved]
+        self.deny_bodies = [floor(c, denier, f"{FLOOR_CONFIGURATION_NAME}-deny") for c in saved]
+
     def _bodies(self, mode: str) -> list[dict[str, Any]]:
         return {"gate": self.gate_bodies, "floor": self.floor_bodies, "floor-deny": self.deny_bodies}.get(mode, [])
 
@@ -375,13 +387,14 @@ class Modes:
                 deleted = self.client.delete(f"{WEBHOOKS}/{body['metadata']['name']}")
                 assert deleted.status_code in (200, 404), deleted.text
             owner_uid = None
-            for body in self._bodies(mode):
+            for i, body in enumerate(self._bodies(mode)):
                 body = copy.deepcopy(body)
                 for ref in body["metadata"].get("ownerReferences", []):
                     ref["uid"] = owner_uid  # the owner was just re-created: the garbage collector checks its uid
                 created = self.client.create(WEBHOOKS, body)
                 assert created.status_code == 201, created.text
-                owner_uid = created.json()["metadata"]["uid"]
+                if i == 0:  # criticalsvc, which owns every other
+                    owner_uid = created.json()["metadata"]["uid"]
             if mode == "gate":
                 for p in self.gates:
                     p.signal(signal.SIGCONT)
@@ -400,6 +413,15 @@ class Modes:
             return status == 200 and noop_called == (mode == "floor") and not denied
 
         wait_for(acting, timeout=60, what=f"the API server to call {mode!r} only", interval=0.05)
+
+
+def _gate_configurations(client: Any) -> list[dict[str, Any]]:
+    """`criticalsvc`, then every shard of criticalsvc-providers the router has written, as stored now."""
+    from criticalsvc.routing import CONFIGURATION_NAMES
+
+    saved = [client.get(f"{WEBHOOKS}/{name}") for name in ("criticalsvc", *CONFIGURATION_NAMES)]
+    assert saved[0] is not None, "criticalsvc"
+    return [c for c in saved if c is not None]
 
 
 def stored_body(saved: dict[str, Any]) -> dict[str, Any]:
@@ -1000,19 +1022,9 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
             wait_for(lambda: client.create("/apis/criticalsvc.io/v1alpha1/criticalservices", BENCH_HOLD).status_code
                      == 201, timeout=60, what="the bench hold CriticalService to be created")
         routingscale.populate(cluster, guards)  # Enforcing: criticalsvc-providers written and live
-        saved = []
-        for name in ("criticalsvc", "criticalsvc-providers"):
-            stored_now = client.get(f"{WEBHOOKS}/{name}")
-            assert stored_now is not None, name
-            saved.append(stored_now)
         gates = [r.process for r in cluster.gate.replicas]
-        floor = [floor_configuration(saved[0], noop),
-                 floor_configuration(saved[1], noop, name=f"{FLOOR_CONFIGURATION_NAME}-providers")]
-        modes = Modes(client, [stored_body(c) for c in saved], floor, noop, probe_story.deployment_path, gates,
-                      deny_bodies=[floor_configuration(saved[0], denier, name=f"{FLOOR_CONFIGURATION_NAME}-deny"),
-                                   floor_configuration(saved[1], denier,
-                                                       name=f"{FLOOR_CONFIGURATION_NAME}-deny-providers")],
-                      deny_noop=denier)
+        modes = Modes(client, [], [], noop, probe_story.deployment_path, gates, deny_noop=denier)
+        modes.use(_gate_configurations(client), denier)
         cells: list[dict[str, Any]] = []
         if "protected" in kinds:
             print(TABLE_HEADER, file=sys.stderr, flush=True)
@@ -1028,13 +1040,8 @@ def run(objects: int, rounds: int, concurrency: list[int], churn_rate: float, te
                 modes.set("gate")
                 grown = routingscale.populate(cluster, population.population(size)[have:])
                 have = size
-                # The configuration changed: what the modes restore is what the router wrote now.
-                stored = client.get(f"{WEBHOOKS}/criticalsvc-providers")
-                assert stored is not None
-                modes.gate_bodies[1] = stored_body(stored)
-                modes.floor_bodies[1] = floor_configuration(stored, noop, name=f"{FLOOR_CONFIGURATION_NAME}-providers")
-                modes.deny_bodies[1] = floor_configuration(stored, denier,
-                                                           name=f"{FLOOR_CONFIGURATION_NAME}-deny-providers")
+                # The configurations changed: what the modes restore is what the router wrote now.
+                modes.use(_gate_configurations(client), denier)
                 scale[str(size)] = {"populate": grown, "providersConfiguration": routingscale.live_size(cluster)}
                 print(f"{size} CriticalServices: {json.dumps(scale[str(size)])}", file=sys.stderr, flush=True)
                 if "unprotected" in kinds:

@@ -22,7 +22,7 @@ from typing import Any
 from .population import rendered_size
 
 CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
-PROVIDERS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/criticalsvc-providers"
+CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 
 
 def condition(cs: dict[str, Any], kind: str) -> tuple[str, str] | None:
@@ -98,11 +98,19 @@ def time_to_enforcing(cluster: Any, services: list[dict[str, Any]], *, timeout: 
 
 
 def live_size(cluster: Any) -> dict[str, Any]:
-    stored = cluster.admin.get(PROVIDERS)
-    assert stored is not None
-    body = {k: v for k, v in stored.items() if k != "metadata"}
-    body["metadata"] = {k: v for k, v in stored["metadata"].items() if k != "managedFields"}
-    return rendered_size(body)
+    """population.rendered_size of every shard of criticalsvc-providers as stored now."""
+    from criticalsvc.routing import CONFIGURATION_NAMES
+
+    bodies = []
+    for name in CONFIGURATION_NAMES:
+        stored = cluster.admin.get(f"{CONFIGURATIONS}/{name}")
+        if stored is None:
+            continue
+        body = {k: v for k, v in stored.items() if k != "metadata"}
+        body["metadata"] = {k: v for k, v in stored["metadata"].items() if k != "managedFields"}
+        bodies.append(body)
+    assert bodies, "no criticalsvc-providers configuration is stored"
+    return rendered_size(bodies)
 
 
 def broad(cluster: Any, services: list[dict[str, Any]]) -> dict[str, Any]:

@@ -20,6 +20,11 @@ matchConditions, evaluated inside kube-apiserver at no call):
 A request none of them matches never reaches the gate: it pays no round trip, and an outage of every
 replica does not refuse it (design/routing.md has the figures).
 
+The routes are spread over SHARDS such configurations, `criticalsvc-providers` and `criticalsvc-providers-1`
+.. `-7`, each with the webhooks above for its routes and a probe of its own, by a stable hash of the namespace
+each route points into (or the cluster-scoped name): a new CriticalService rewrites one of them, which is what
+the API server validates and recompiles, not all of them (`shard_of`, `render_all`).
+
 Each DELETE webhook's rules name the provider types; its one matchCondition is a disjunction, per type,
 of a membership test on `namespace/name` and of the label selectors, evaluated on `oldObject` (a
 DELETE's `object` is null; a deletecollection's item has `request.name` "" and its name in oldObject).
@@ -46,13 +51,14 @@ webhook loses its matchCondition (every request of its types is sent), and `Rout
 so does a provider selector without a namespace over a namespaced type, whose members may appear in any
 namespace at any moment: every namespace DELETE is routed then.
 
-No window. A CriticalService is Enforcing only once the API server is known to route what it needs: the
-configuration carries a probe webhook whose URL path holds the digest of all the other webhooks; the
-router sends a dry-run CREATE that only the probe webhook matches, and the gate answers it with a denial
-naming the digest it was called on. The digest coming back means the API server that answered holds
-exactly that configuration (an informer holds each object whole), so every route in it is live.
+No window. A CriticalService is Enforcing only once the API server is known to route what it needs: each
+configuration carries a probe webhook whose URL path holds the digest of all its other webhooks; the
+router sends a dry-run CREATE that only that probe webhook matches (its shard's probe ConfigMap), and the
+gate answers it with a denial naming the digest it was called on. The digest coming back means the API
+server that answered holds exactly that configuration (an informer holds each object whole), so every
+route in it is live.
 
-The object is owned by the shipped configuration (a cluster-scoped owner for a cluster-scoped dependent):
+Each object is owned by the shipped configuration (a cluster-scoped owner for a cluster-scoped dependent):
 deleting `criticalsvc`, the documented way out of an outage and the uninstall step, lets the garbage
 collector delete this one too (https://kubernetes.io/docs/concepts/architecture/garbage-collection/#owners-dependents).
 It is created once some route is needed, then kept (with no webhook but the probe when nothing needs one).
@@ -66,6 +72,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -89,6 +96,17 @@ from .restmapper import ResourceType
 
 SHIPPED_CONFIGURATION = "criticalsvc"
 PROVIDERS_CONFIGURATION = "criticalsvc-providers"
+# The routes are spread over SHARDS configurations, criticalsvc-providers and criticalsvc-providers-1 .. -7, by
+# a stable hash of where each route points (its namespace, else its name), so a new CriticalService rewrites one
+# eighth of them. kube-apiserver compiles every matchCondition of a configuration it validates when any of them
+# changed (ValidateValidatingWebhookConfigurationUpdate, ignoreValidatingWebhookMatchConditions:
+# https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/apis/admissionregistration/validation/validation.go#L606-L617)
+# and rebuilds the webhooks of a configuration that changed, and only of that one (configurationsCache:
+# https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/configuration/validating_webhook_manager.go#L66-L71):
+# one configuration of 10,000 CriticalServices' routes, 373 KB, took 0.64 s to admit on an idle control plane.
+# Never changed lightly: a route's home moves only when SHARDS does, and the router's write order (shard 0 last)
+# covers the one move it knows, from the single configuration of earlier versions (design/routing.md).
+SHARDS = 8
 NAMESPACES_WEBHOOK = "namespaces.gate.criticalsvc.io"
 CRDS_WEBHOOK = "provider-crds.gate.criticalsvc.io"
 DELETE_WEBHOOK = "providers.gate.criticalsvc.io"
@@ -108,7 +126,7 @@ TEMPLATE_WEBHOOK = "labelled.gate.criticalsvc.io"
 SCALE = "scale"
 # The probe: a dry-run CREATE of this ConfigMap in the gate's namespace (its Role may create ConfigMaps
 # there, for replay's intents); only the probe webhook matches it, and nothing is ever stored.
-PROBE_CONFIGMAP = "criticalsvc-routing-probe"
+PROBE_CONFIGMAP = "criticalsvc-routing-probe"  # shard 0's; shard i's ends in -i (probe_configmap)
 PROBE_PATH = "/probe/"
 PROBE_MESSAGE = "criticalsvc routing probe: the API server routes configuration"
 # cel-go refuses an expression past 100,000 code points; a margin for the guards around the lists.
@@ -329,6 +347,7 @@ class Rendered:
     configuration: dict[str, Any]
     digest: str
     broad: Mapping[Route, str]
+    shard: int = 0
 
 
 def template_webhook(shipped: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -340,8 +359,49 @@ def template_webhook(shipped: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return found[0] if found else None
 
 
-def render(wanted: Desired, shipped: Mapping[str, Any], *, probe_namespace: str) -> Rendered:
-    """The whole owned configuration for `wanted`, its settings copied from the stored `shipped` one.
+def configuration_name(shard: int) -> str:
+    """The name of shard `shard`'s configuration: criticalsvc-providers for 0 (the one earlier versions wrote)."""
+    return PROVIDERS_CONFIGURATION if shard == 0 else f"{PROVIDERS_CONFIGURATION}-{shard}"
+
+
+CONFIGURATION_NAMES = tuple(configuration_name(i) for i in range(SHARDS))
+
+
+def probe_configmap(shard: int) -> str:
+    """The ConfigMap the router's dry-run CREATE names to probe shard `shard` (its probe webhook's alone)."""
+    return PROBE_CONFIGMAP if shard == 0 else f"{PROBE_CONFIGMAP}-{shard}"
+
+
+def shard_of(route: Route) -> int:
+    """The configuration that holds `route`: by its namespace (a namespace DELETE by the namespace's name, so a
+    namespace and what is routed in it share one), else its name."""
+    return shard_in(route.namespace or route.name or "")
+
+
+def shard_in(namespace_or_name: str) -> int:
+    """The shard of what is routed in a namespace (or of a cluster-scoped name): crc32, the same in every process
+    and version."""
+    return zlib.crc32(namespace_or_name.encode()) % SHARDS
+
+
+def partition(routes: Iterable[Route]) -> tuple[frozenset[Route], ...]:
+    """`routes` by shard_of: SHARDS sets, some empty."""
+    parts: list[set[Route]] = [set() for _ in range(SHARDS)]
+    for r in routes:
+        parts[shard_of(r)].add(r)
+    return tuple(frozenset(p) for p in parts)
+
+
+def render_all(wanted: Desired, shipped: Mapping[str, Any], *, probe_namespace: str) -> list[Rendered]:
+    """Every shard that holds a route, rendered (what the router writes, shard by shard, for `wanted`)."""
+    return [render(part, wanted.types, shipped, probe_namespace=probe_namespace, shard=i)
+            for i, part in enumerate(partition(wanted.routes)) if part]
+
+
+def render(routes: Iterable[Route], types: Mapping[GroupResource, ResourceType], shipped: Mapping[str, Any], *,
+           probe_namespace: str, shard: int = 0) -> Rendered:
+    """Shard `shard`'s configuration holding `routes` (those shard_of puts there), its settings copied from the
+    stored `shipped` one; `types`: the served version and scope of each provider type (Desired.types).
 
     Raises ValueError when `shipped` has no webhook to copy a clientConfig from, or no uid to own it by."""
     template = template_webhook(shipped)
@@ -350,7 +410,7 @@ def render(wanted: Desired, shipped: Mapping[str, Any], *, probe_namespace: str)
         raise ValueError(f"ValidatingWebhookConfiguration {metadata.get('name')} has no webhook to copy from")
     if not metadata.get("uid"):
         raise ValueError(f"ValidatingWebhookConfiguration {metadata.get('name')} has no uid (not a stored object)")
-    routes = sorted(wanted.routes, key=Route.sort_key)
+    ordered = sorted(routes, key=Route.sort_key)
     broad: dict[Route, str] = {}
     webhooks: list[dict[str, Any]] = []
     not_labelled: dict[str, Any] = {"matchExpressions": [
@@ -370,25 +430,27 @@ def render(wanted: Desired, shipped: Mapping[str, Any], *, probe_namespace: str)
             # The labelled-objects webhook reviews DELETEs only; an UPDATE's objectSelector matches the new or the
             # old object, so the gate's own label write (the old one lacks it) still comes here.
             (UPDATE_WEBHOOK, "UPDATE", lambda gr: True, not_carried)):
-        mine = [r for r in routes if r.operation == operation and kinds(r.group_resource)]
+        mine = [r for r in ordered if r.operation == operation and kinds(r.group_resource)]
         if not mine:
             continue
-        for i, (part, condition, why, too_large) in enumerate(_shards(mine)):
+        for i, (part, condition, why, too_large) in enumerate(_split(mine)):
             # Who is broad: the routes that are broad themselves (a selector without a namespace routes every
             # namespace DELETE: that CriticalService is the cause, the others it subsumes are not), or every route
             # of a webhook whose condition is too large to write even alone.
             broad.update((r, why) for r in part if r.broad or too_large)
-            shard = name if i == 0 else name.replace(".gate.", f"-{i + 1}.gate.", 1)
-            webhooks.append(_webhook(shard, _rules(part, wanted.types), template, object_selector=selector,
+            piece = name if i == 0 else name.replace(".gate.", f"-{i + 1}.gate.", 1)
+            webhooks.append(_webhook(piece, _rules(part, types), template, object_selector=selector,
                                      conditions=[] if condition is None else [{"name": "protected", "expression":
                                                                                condition}],
                                      namespaces=_namespaces(part)))
-    digest = _digest(webhooks)
-    webhooks.append(_probe_webhook(template, digest, probe_namespace))
+    own_name = configuration_name(shard)
+    # Named in the digest: two shards never answer a probe with one digest, even when both hold nothing.
+    digest = _digest([{"name": own_name}, *webhooks])
+    webhooks.append(_probe_webhook(template, digest, probe_namespace, probe_configmap(shard)))
     configuration = {
         "apiVersion": ADMISSION_API_VERSION, "kind": KIND,
         "metadata": {
-            "name": PROVIDERS_CONFIGURATION,
+            "name": own_name,
             "labels": {"app.kubernetes.io/name": "criticalsvc", MANAGED_BY_LABEL: MANAGED_BY},
             "ownerReferences": [{"apiVersion": ADMISSION_API_VERSION, "kind": KIND,
                                  "name": str(metadata.get("name") or SHIPPED_CONFIGURATION),
@@ -396,10 +458,10 @@ def render(wanted: Desired, shipped: Mapping[str, Any], *, probe_namespace: str)
         },
         "webhooks": webhooks,
     }
-    return Rendered(configuration, digest, broad)
+    return Rendered(configuration, digest, broad, shard)
 
 
-def _shards(routes: list[Route]) -> list[tuple[list[Route], str | None, str, bool]]:
+def _split(routes: list[Route]) -> list[tuple[list[Route], str | None, str, bool]]:
     """`routes` as few webhooks as keep each matchCondition under MAX_EXPRESSION_CHARS: (routes, condition,
     why, too large) each; condition None (every request of their types sent) only when a route is broad itself,
     or (too large) when the routes would not fit even one to a webhook. The API server calls every webhook that
@@ -629,8 +691,8 @@ def _digest(webhooks: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(webhooks, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _probe_webhook(template: Mapping[str, Any], digest: str, namespace: str) -> dict[str, Any]:
-    """Matches only the router's dry-run CREATE of PROBE_CONFIGMAP in `namespace`; its path names `digest`."""
+def _probe_webhook(template: Mapping[str, Any], digest: str, namespace: str, configmap: str) -> dict[str, Any]:
+    """Matches only the router's dry-run CREATE of ConfigMap `configmap` in `namespace`; its path names `digest`."""
     client = copy.deepcopy(dict(template["clientConfig"]))
     if isinstance(client.get("service"), Mapping):
         client["service"] = {**client["service"], "path": f"{PROBE_PATH}{digest}"}
@@ -642,7 +704,7 @@ def _probe_webhook(template: Mapping[str, Any], digest: str, namespace: str) -> 
                                     "resources": ["configmaps"], "scope": "Namespaced"}],
                    {**template, "clientConfig": client}, object_selector={},
                    conditions=[{"name": "probe", "expression": f"has(request.dryRun) && request.dryRun == true && "
-                                                               f"{_NAME} == {_cel_string(PROBE_CONFIGMAP)}"}])
+                                                               f"{_NAME} == {_cel_string(configmap)}"}])
     out["namespaceSelector"] = {"matchExpressions": [
         {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": [namespace]}]}
     out["failurePolicy"] = "Ignore"  # a probe that fails is "not routed yet", never a refused user request

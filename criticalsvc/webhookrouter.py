@@ -1,4 +1,5 @@
-"""Keeps the gate's own webhook configuration `criticalsvc-providers` current and live: the I/O around routing.py.
+"""Keeps the gate's own webhook configurations `criticalsvc-providers` (and its shards `-1` .. `-7`, routing.SHARDS)
+current and live: the I/O around routing.py.
 
 Only the leader writes (the status writer's Lease: `run(lambda: writer.leading)`, as the replayer). Every
 POLL it computes the desired routes from the cached CriticalServices and the REST mapper (no request:
@@ -6,16 +7,17 @@ routing.desired is a pure function of the cache), and syncs when they changed, w
 (after RETRY), and otherwise every RESYNC, because the shipped configuration's caBundle or clientConfig may
 have changed (a renewed certificate, cert-manager's CA injection).
 
-A sync GETs the shipped configuration (`--webhook-configuration`, default criticalsvc) and the owned one,
-renders the owned one from the routes and the shipped one's settings, and writes only when they differ
-(routing.same_configuration): a POST when it does not exist yet (and some route is needed), else a PUT
-carrying the resourceVersion it read, so a concurrent writer makes it fail with 409 Conflict and the next
-round reads again. The shipped configuration is only read, never written: what the user applies stays
-exactly as applied (no drift for a GitOps tool).
+A sync GETs the owned shards whose routes changed (every shard at a resync) and the shipped configuration
+(`--webhook-configuration`, default criticalsvc), renders each from its routes and the shipped one's settings,
+and writes only those that differ (routing.same_configuration): a POST when it does not exist yet (and some
+route is needed), else a PUT carrying the resourceVersion it read, so a concurrent writer makes it fail with
+409 Conflict and the next round reads again. Shard 0 is written after the others (sync says why). The
+shipped configuration is only read, never written: what the user applies stays exactly as applied (no drift
+for a GitOps tool).
 
-Then it probes: a dry-run CREATE of routing.PROBE_CONFIGMAP in the gate's namespace, which only the
-configuration's probe webhook matches; the gate answers it with a denial naming the digest in the path it
-was called on (criticalsvc/server.py). The digest of the configuration just written coming back means the
+Then it probes each shard written: a dry-run CREATE of its routing.probe_configmap in the gate's namespace,
+which only that configuration's probe webhook matches; the gate answers it with a denial naming the digest in
+the path it was called on (criticalsvc/server.py). The digest of the shard just written coming back means the
 API server routes all of it: its routes become `live`, and the CriticalServices they cover Enforcing. Until
 then the probe is repeated (PROBE_BACKOFF, then every POLL): the API server's configuration informer is
 usually a few milliseconds behind the write. A 2xx answer means "not routed yet" (the dry-run CREATE
@@ -59,6 +61,17 @@ CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigu
 REMEMBERED = 8  # digests of configurations this leader rendered, with their routes (a probe may name an older one)
 
 
+@attrs.frozen
+class _Remembered:
+    """A CriticalService's routes, with what they were computed from (WebhookRouter.desired)."""
+
+    service: CriticalService
+    type: ResourceType
+    stamp: Any
+    key: routing.RouteKey
+    routes: frozenset[routing.Route]
+
+
 class WebhookRouter:
     def __init__(self, transport: Sender, source: StateSource, mapper: RESTMapper, *,
                  shipped: str = routing.SHIPPED_CONFIGURATION, namespace: str = "criticalsvc-system",
@@ -73,17 +86,23 @@ class WebhookRouter:
         self.facts = routing.Routing(managed=True)
         self.syncs = 0
         self.probes = 0
-        self._synced: frozenset[routing.Route] | None = None  # None: sync at the next round
+        # Per shard (routing.SHARDS configurations): the routes last synced (None: sync every shard at the next
+        # round), (digest, routes) stored now, the routes seen live, the routes sent broadly, the probe digest as
+        # last read.
+        self._synced: tuple[frozenset[routing.Route], ...] | None = None
         self._next_sync = 0.0
         self._reported: str | None = None  # the error last reported as an Event
-        self._written: tuple[str, frozenset[routing.Route]] | None = None  # (digest, routes) stored now
-        self._rendered: dict[str, frozenset[routing.Route]] = {}  # digest -> routes, newest last
+        self._written: dict[int, tuple[str, frozenset[routing.Route]]] = {}
+        self._live: dict[int, frozenset[routing.Route]] = {}
+        self._broad: dict[int, Mapping[routing.Route, str]] = {}
+        self._stored_digest: dict[int, str | None] = {}
+        self._rendered: dict[str, tuple[int, frozenset[routing.Route]]] = {}  # digest -> (shard, routes), newest last
+        self._parted: tuple[routing.Desired, tuple[frozenset[routing.Route], ...]] | None = None
         self._broad_logged: Mapping[routing.Route, str] = {}
-        self._stored_digest: str | None = None  # the probe digest of the owned configuration as last read
         # Each CriticalService's routes, by what they were computed from (`needed` in desired()): at 10,000,
         # computing them all took 0.1-0.35 s of the event loop (`python -m benchmarks protection`), once a second
         # while the router polled.
-        self._routes: dict[Any, frozenset[routing.Route]] = {}
+        self._routes: dict[str, _Remembered] = {}
         self._inputs: Any = None  # what the last desired() read, as one comparable value (`_inputs_now`)
         self._wanted: routing.Desired | None = None
         self._provider_types: list[GroupResource] = []
@@ -102,28 +121,42 @@ class WebhookRouter:
         if self.facts.labelled:
             carried = protectionlabels.carried_in(state)
         writes = getattr(state, "writes", None)
-        kept: dict[Any, frozenset[routing.Route]] = {}
-
-        def needed(cs: CriticalService, t: ResourceType) -> frozenset[routing.Route]:
-            stamp: Any = None
-            if carried is not None:
-                if not callable(writes):
-                    return routing.needed_routes(cs, t, carried)
-                # What `carried` reads for cs: its provider (among its type's objects in its namespace), its
-                # namespace, its CRD. The same counts of writes there, the same labels stored.
-                stamp = (writes(t.group_resource, cs.provider.namespace or ""), writes(NAMESPACES, ""),
-                         writes(CRDS, ""))
-            key = (routing.route_key(cs), t, stamp)
-            found = self._routes.get(key)
-            if found is None:
-                found = routing.needed_routes(cs, t, carried)
-            kept[key] = found
-            return found
-
+        counted = carried is not None and callable(writes)
+        shared = (writes(NAMESPACES, ""), writes(CRDS, "")) if counted else None  # type: ignore[misc]
+        # routing.desired, remembering each CriticalService's routes with what they were computed from: the same
+        # object (the cache replaces a CriticalService it changes), the same served type, and the same counts of
+        # writes where `carried` looks for its labels (its type in its namespace, namespaces, CRDs); a state that
+        # does not count writes gets no memo where labels count. At 10,000 computing every route took 0.1-0.35 s of
+        # the event loop (`python -m benchmarks protection`), and building and hashing a key per CriticalService
+        # 0.1-0.2 s more, on the path of every new CriticalService to Enforcing.
+        lookups: dict[GroupResource, ResourceType | None] = {}
+        stamps: dict[tuple[GroupResource, str], Any] = {}
+        needs: dict[routing.RouteKey, frozenset[routing.Route]] = {}
+        types: dict[GroupResource, ResourceType] = {}
+        kept: dict[str, _Remembered] = {}
         services = state.critical_services()
-        wanted = routing.desired(services, self.mapper.lookup, carried, needed=needed)
+        for cs in services:
+            gr = cs.provider.group_resource
+            t = lookups[gr] if gr in lookups else lookups.setdefault(gr, self.mapper.lookup(gr))
+            if t is None:
+                continue  # not served: no request for it can come (routing.desired)
+            stamp: Any = None
+            if counted:
+                where = (gr, cs.provider.namespace or "")
+                stamp = stamps.get(where)
+                if stamp is None:
+                    stamp = stamps[where] = (writes(t.group_resource, where[1]), shared)  # type: ignore[misc]
+            known = self._routes.get(cs.name) if carried is None or counted else None
+            if known is not None and (known.service is cs or known.service == cs) and \
+                    (known.type is t or known.type == t) and known.stamp == stamp:
+                kept[cs.name] = known
+            else:
+                kept[cs.name] = _Remembered(cs, t, stamp, routing.route_key(cs), routing.needed_routes(cs, t, carried))
+            types[t.group_resource] = t
+            needs[kept[cs.name].key] = kept[cs.name].routes
+        wanted = routing.Desired(needs, types)
         self._routes, self._inputs, self._wanted = kept, inputs, wanted
-        self._provider_types = sorted({cs.provider.group_resource for cs in services}, key=str)
+        self._provider_types = sorted(lookups, key=str)
         return wanted
 
     def _inputs_now(self, state: Any) -> Any:
@@ -154,7 +187,7 @@ class WebhookRouter:
                 # Paced to at most half the loop under a steady stream of events.
                 await self.sleep(max(MIN_PAUSE, time.perf_counter() - started))
                 wait_event = getattr(self.source, "wait_event", None)
-                settled = self._written is None or self._written[1] <= self.facts.live
+                settled = self._settled()
                 if callable(wait_event) and settled and getattr(self.source, "changes", None) == seen:
                     await wait_event(POLL)
                 elif callable(wait_event) and settled:
@@ -162,38 +195,58 @@ class WebhookRouter:
                 else:
                     await self.sleep(POLL)  # a probe is due at every POLL until the routes are seen live
             else:
-                self._synced, self._written = None, None  # a new leader reads and probes before trusting anything
+                self._synced = None  # a new leader reads and probes before trusting anything
+                self._written, self._live, self._stored_digest = {}, {}, {}
                 self._inputs = self._wanted = None
                 if self.facts.live or self.facts.needs:
                     self._set_facts(routing.Routing(managed=True))
                 await self.sleep(POLL)
 
+    def _settled(self) -> bool:
+        """Is everything written seen live (nothing to probe)?"""
+        return all(routes <= self._live.get(shard, frozenset()) for shard, (_d, routes) in self._written.items())
+
+    def _parts(self, wanted: routing.Desired) -> tuple[frozenset[routing.Route], ...]:
+        if self._parted is None or self._parted[0] is not wanted:
+            self._parted = (wanted, routing.partition(wanted.routes))
+        return self._parted[1]
+
     async def round(self) -> None:
         """One leader round: sync when due, probe while what is written is not seen live."""
         wanted = self.desired()
-        settled = self._written is None or self._written[1] <= self.facts.live
+        settled = self._settled()
         if wanted is self._rounded and self._synced is not None and self.clock() < self._next_sync and settled:
             return  # nothing changed since the last round: no comparison of 10,000 CriticalServices' routes either
         self._rounded = wanted
-        if wanted.routes != self._synced or self.clock() >= self._next_sync:
+        if self._parts(wanted) != self._synced or self.clock() >= self._next_sync:
             await self.sync(wanted)
-        elif self._written is not None and not self._written[1] <= self.facts.live:
-            await self.probe()
+        elif not settled:
+            await self._probe_unsettled(once=True)
         if wanted.needs != self.facts.needs:
             self._set_facts(attrs.evolve(self.facts, needs=dict(wanted.needs)))
 
     async def sync(self, wanted: routing.Desired) -> str:
-        """Make the owned configuration route exactly `wanted`, then probe; returns the outcome (a metric label)."""
+        """Make the owned configurations route exactly `wanted`, then probe; returns the outcome (a metric label).
+
+        Only the shards whose routes changed are read and written, every shard at each RESYNC. Shard 0 is written
+        last: earlier versions kept every route in it (criticalsvc-providers), so it drops the routes another shard
+        now holds only once that shard's write has committed. An API server's configurations arrive through one
+        watch in resourceVersion order, so one that holds the narrower shard 0 holds them elsewhere, whatever its
+        lag (design/routing.md, "No window")."""
         self.syncs += 1
-        self._stored_digest = None
+        parts = self._parts(wanted)
+        started = self.clock()  # the next RESYNC counts from the reads, not from the end of the writes and probes
+        resync = self._synced is None or started >= self._next_sync
+        due = [i for i in range(routing.SHARDS) if resync or parts[i] != self._synced[i]]  # type: ignore[index]
         try:
-            outcome, rendered = await self._write(wanted)
+            outcome, rendered = await self._write(wanted, parts, due)
         except APIError as exc:
             conflict = isinstance(exc, APIStatusError) and exc.code == 409
             outcome = "conflict" if conflict else "failed"
             # The routes count as tried, so only the clock (or a change of routes) starts the next attempt: a
-            # conflict at the next round, any other failure after RETRY rather than at every POLL.
-            self._synced, self._next_sync = wanted.routes, self.clock() + (0.0 if conflict else RETRY)
+            # conflict at the next round, any other failure after RETRY rather than at every POLL. Every shard is
+            # read again then, as at any resync (a shard written before the failure is found unchanged).
+            self._synced, self._next_sync = parts, started + (0.0 if conflict else RETRY)
             self.metrics.webhook_route_syncs.labels(outcome).inc()
             if conflict:  # someone wrote in between: read again next round, no error to report
                 log.info("webhook configuration changed while syncing; retried next round",
@@ -203,50 +256,67 @@ class WebhookRouter:
                         error=exc.message, routes=[str(r) for r in sorted(wanted.routes, key=routing.Route.sort_key)])
             self._fail(exc.message, wanted)
             return outcome
-        self._synced, self._next_sync = wanted.routes, self.clock() + RESYNC
+        self._synced, self._next_sync = parts, started + RESYNC
         self.metrics.webhook_route_syncs.labels(outcome).inc()
         self.metrics.provider_routes.set(len(wanted.routes))
-        if rendered is None:  # nothing needed and nothing stored: nothing to route, nothing to probe
-            self._written = None
+        for r in rendered:
+            self._written[r.shard] = (r.digest, parts[r.shard])
+            self._rendered.pop(r.digest, None)
+            self._rendered[r.digest] = (r.shard, parts[r.shard])
+            self._broad[r.shard] = r.broad
+            # Narrowing is immediate; widening waits for the probe.
+            self._live[r.shard] = self._live.get(r.shard, frozenset()) & parts[r.shard]
+        while len(self._rendered) > REMEMBERED * routing.SHARDS:
+            self._rendered.pop(next(iter(self._rendered)))
+        if not self._written:  # nothing needed and nothing stored: nothing to route, nothing to probe
             self._set_facts(routing.Routing(managed=True, needs=dict(wanted.needs), labelled=self.facts.labelled))
             return outcome
-        self._written = (rendered.digest, wanted.routes)
-        self._rendered.pop(rendered.digest, None)
-        self._rendered[rendered.digest] = wanted.routes
-        while len(self._rendered) > REMEMBERED:
-            self._rendered.pop(next(iter(self._rendered)))
         if outcome != "unchanged":
             log.info("provider routes written", configuration=routing.PROVIDERS_CONFIGURATION, outcome=outcome,
-                     digest=rendered.digest, routes=len(wanted.routes))
-        self._note_broad(rendered.broad)
+                     shards=sorted(r.shard for r in rendered if r.digest != self._stored_digest.get(r.shard)),
+                     digests={routing.configuration_name(r.shard): r.digest for r in rendered},
+                     routes=len(wanted.routes))
+        broad: dict[routing.Route, str] = {}
+        for shard in self._written:
+            broad.update(self._broad.get(shard, {}))
+        self._note_broad(broad)
         self._reported = None
-        live = self.facts.live & wanted.routes  # narrowing is immediate; widening waits for the probe
-        self._set_facts(routing.Routing(managed=True, needs=dict(wanted.needs), written=wanted.routes, live=live,
-                                        labelled=self.facts.labelled,
-                                        broad=dict(rendered.broad)))
-        if outcome == "unchanged" and wanted.routes <= live:
-            return outcome  # a resync that found the configuration seen live: nothing new to probe
-        for delay in (0.0, *PROBE_BACKOFF):
-            if delay:
-                await self.sleep(delay)
-            if await self.probe():
-                break
+        self._set_facts(routing.Routing(managed=True, needs=dict(wanted.needs), written=self._all_written(),
+                                        live=self._all_live(), labelled=self.facts.labelled, broad=broad))
+        await self._probe_unsettled(once=False)
         return outcome
 
-    async def _write(self, wanted: routing.Desired) -> tuple[str, routing.Rendered | None]:
-        path = f"{CONFIGURATIONS}/{routing.PROVIDERS_CONFIGURATION}"
-        try:
-            stored: Mapping[str, Any] | None = await self.transport.get(path, timeout=REQUEST_TIMEOUT)
-        except APIStatusError as exc:
-            if not exc.not_found:
-                raise
-            stored = None
-        # Someone else's edit (or a deletion) makes what was seen live unknown: it is probed again.
-        self._stored_digest = routing.probe_digest(stored)
-        if self._written is None or self._stored_digest != self._written[0]:
-            self._set_facts(attrs.evolve(self.facts, live=frozenset()))
+    def _all_written(self) -> frozenset[routing.Route]:
+        return frozenset().union(*(routes for _d, routes in self._written.values()))
+
+    def _all_live(self) -> frozenset[routing.Route]:
+        return frozenset().union(*self._live.values())
+
+    async def _write(self, wanted: routing.Desired, parts: tuple[frozenset[routing.Route], ...],
+                     due: list[int]) -> tuple[str, list[routing.Rendered]]:
+        """Read the `due` shards and the shipped configuration, write the shards that differ (shard 0 last):
+        ("created" | "updated" | "unchanged", each due shard rendered, stored now or found so)."""
+
+        async def read(shard: int) -> Mapping[str, Any] | None:
+            try:
+                return await self.transport.get(f"{CONFIGURATIONS}/{routing.configuration_name(shard)}",
+                                                 timeout=REQUEST_TIMEOUT)
+            except APIStatusError as exc:
+                if not exc.not_found:
+                    raise
+                return None
+
+        stored = dict(zip(due, await asyncio.gather(*(read(i) for i in due)), strict=True))
+        for shard, found in stored.items():
+            # Someone else's edit (or a deletion) makes what was seen live unknown: it is probed again.
+            self._stored_digest[shard] = routing.probe_digest(found)
+            written = self._written.get(shard)
+            if written is None or self._stored_digest[shard] != written[0]:
+                if self._live.pop(shard, None):
+                    self._set_facts(attrs.evolve(self.facts, live=self._all_live()))
+                self._written.pop(shard, None)
         # Read second: when the shipped configuration is gone (deleted to end an outage, or at uninstall), the
-        # owned one has gone with it, and status must say so rather than keep the routes last written.
+        # owned ones have gone with it, and status must say so rather than keep the routes last written.
         try:
             shipped = await self.transport.get(f"{CONFIGURATIONS}/{self.shipped}", timeout=REQUEST_TIMEOUT)
         except APIStatusError as exc:
@@ -261,28 +331,62 @@ class WebhookRouter:
             # Either way the routes change at the next round: narrower once the labels are routed, wider (every
             # name again) when an older shipped configuration was applied back.
             self._set_facts(attrs.evolve(self.facts, labelled=not self.facts.labelled))
-        if stored is None and not wanted.routes:
-            return "unchanged", None  # created only once some route is needed (routing.py)
-        try:
-            rendered = routing.render(wanted, shipped, probe_namespace=self.namespace)
-        except ValueError as exc:
-            raise APIError(str(exc)) from exc
-        if routing.same_configuration(stored, rendered.configuration):
-            return "unchanged", rendered
-        if stored is None:
-            await self.transport.send("POST", CONFIGURATIONS, rendered.configuration, timeout=REQUEST_TIMEOUT)
-            return "created", rendered
-        await self.transport.send("PUT", path, routing.for_update(rendered.configuration, stored),
-                                  timeout=REQUEST_TIMEOUT)
-        return "updated", rendered
+        rendered: list[routing.Rendered] = []
+        writes: list[tuple[int, str, dict[str, Any]]] = []
+        for shard in due:
+            if stored[shard] is None and not parts[shard]:
+                self._written.pop(shard, None)
+                continue  # created only once some route is needed (routing.py)
+            try:
+                r = routing.render(parts[shard], wanted.types, shipped, probe_namespace=self.namespace, shard=shard)
+            except ValueError as exc:
+                raise APIError(str(exc)) from exc
+            rendered.append(r)
+            if routing.same_configuration(stored[shard], r.configuration):
+                continue
+            found = stored[shard]
+            if found is None:
+                writes.append((shard, "created", r.configuration))
+            else:
+                writes.append((shard, "updated", routing.for_update(r.configuration, found)))
 
-    async def probe(self) -> bool:
-        """One probe; True once the API server routes what was last written."""
-        if self._written is None:
+        async def write(shard: int, verb: str, body: dict[str, Any]) -> str:
+            if verb == "created":
+                await self.transport.send("POST", CONFIGURATIONS, body, timeout=REQUEST_TIMEOUT)
+            else:
+                await self.transport.send("PUT", f"{CONFIGURATIONS}/{routing.configuration_name(shard)}", body,
+                                          timeout=REQUEST_TIMEOUT)
+            return verb
+
+        # Every other shard at once, then shard 0 once they all committed (sync's docstring says why).
+        outcomes = list(await asyncio.gather(*(write(*w) for w in writes if w[0] != 0)))
+        outcomes += [await write(*w) for w in writes if w[0] == 0]
+        outcome = "created" if "created" in outcomes else "updated" if outcomes else "unchanged"
+        return outcome, rendered
+
+    async def _probe_unsettled(self, *, once: bool) -> None:
+        """Probe every shard whose written routes are not all seen live: once each, or (after a write) again after
+        each PROBE_BACKOFF until it is."""
+
+        async def until_live(shard: int) -> None:
+            for delay in (0.0,) if once else (0.0, *PROBE_BACKOFF):
+                if delay:
+                    await self.sleep(delay)
+                if await self.probe(shard):
+                    return
+
+        unsettled = [shard for shard, (_d, routes) in self._written.items()
+                     if not routes <= self._live.get(shard, frozenset())]
+        await asyncio.gather(*(until_live(shard) for shard in sorted(unsettled)))
+
+    async def probe(self, shard: int = 0) -> bool:
+        """One probe of `shard`; True once the API server routes what was last written there."""
+        current = self._written.get(shard)
+        if current is None:
             return False
         self.probes += 1
-        body = {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": routing.PROBE_CONFIGMAP, "namespace": self.namespace}}
+        configmap = routing.probe_configmap(shard)
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": configmap, "namespace": self.namespace}}
         try:
             await self.transport.send("POST", f"/api/v1/namespaces/{self.namespace}/configmaps", body,
                                       params=[("dryRun", "All")], timeout=REQUEST_TIMEOUT)
@@ -290,8 +394,9 @@ class WebhookRouter:
             digest = routing.digest_in(exc.message)
             if digest is None:
                 self.metrics.routing_probes.labels("failed").inc()
+                # One message for every shard's probe (one Event for one cause): their ConfigMaps share a prefix.
                 self._fail(f"the routing probe (a dry-run CREATE of ConfigMap {self.namespace}/"
-                           f"{routing.PROBE_CONFIGMAP}) failed: {exc.message}", None)
+                           f"{routing.PROBE_CONFIGMAP}*) failed: {exc.message}", None)
                 return False
         except APIError as exc:
             self.metrics.routing_probes.labels("failed").inc()
@@ -300,18 +405,19 @@ class WebhookRouter:
         else:
             self.metrics.routing_probes.labels("pending").inc()
             return False  # passed without reaching the gate: the API server does not route it yet
-        seen = self._rendered.get(digest)
-        if seen is None:
+        found = self._rendered.get(digest)
+        if found is None or found[0] != shard:
             self.metrics.routing_probes.labels("other").inc()
             return False  # a configuration this leader did not render (another writer): wait for ours
         self.metrics.routing_probes.labels("live").inc()
-        written = self._written[1]
+        seen, written = found[1], current[1]
         live = seen & written
-        if live != self.facts.live or self.facts.error:
-            log.info("provider routes live", configuration=routing.PROVIDERS_CONFIGURATION, digest=digest,
-                     current=digest == self._written[0], routes=len(live))
-            self._set_facts(attrs.evolve(self.facts, live=live, error=None))
-        return digest == self._written[0]
+        if live != self._live.get(shard, frozenset()) or self.facts.error:
+            self._live[shard] = live
+            log.info("provider routes live", configuration=routing.configuration_name(shard), digest=digest,
+                     current=digest == current[0], routes=len(live))
+            self._set_facts(attrs.evolve(self.facts, live=self._all_live(), error=None))
+        return digest == current[0]
 
     def _fail(self, error: str, wanted: routing.Desired | None) -> None:
         # Live is what the API server was last seen routing of what is now stored: a failed write changes

@@ -34,6 +34,23 @@ from tests.realcluster.teardown import FinalizerController, Story, story_finaliz
 ROOT = Path(__file__).resolve().parents[1]
 
 
+WEBHOOK_CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+
+
+def gate_configurations(admin: Any) -> list[dict[str, Any]]:
+    """The gate's own configurations as stored now (criticalsvc-providers and its shards, routing.CONFIGURATION_NAMES),
+    read in one LIST."""
+    from criticalsvc.routing import CONFIGURATION_NAMES
+
+    listed = admin.get(WEBHOOK_CONFIGURATIONS) or {}
+    return [c for c in listed.get("items") or [] if c["metadata"]["name"] in CONFIGURATION_NAMES]
+
+
+def gate_webhooks(admin: Any) -> list[dict[str, Any]]:
+    """Every webhook of the gate's own configurations."""
+    return [w for c in gate_configurations(admin) for w in c.get("webhooks") or []]
+
+
 class Embedded:
     def __init__(self, tmp: Path) -> None:
         self.kubeconfig = tmp / "kubeconfig"

@@ -62,7 +62,8 @@ def test_nothing_the_unprotected_cells_send_is_routed_by_the_population() -> Non
 
 
 def test_the_rendered_size_fits_at_1000_and_stays_narrow_past_the_limit() -> None:
-    """Past what one condition may hold, the routes are split over more webhooks, none of them broad."""
+    """At 10,000 the routes are spread over the shards (none holds a third of the bytes) and none is broad; past what
+    one condition may hold, a shard splits them over more webhooks (tests/test_routing.py)."""
     at_1000 = population.render_offline(population.population(1000), SHIPPED)
     assert at_1000["broad"] == [] and at_1000["webhooksWithoutCondition"] == []
     assert 0 < at_1000["longestExpressionChars"] < 90_000
@@ -70,16 +71,17 @@ def test_the_rendered_size_fits_at_1000_and_stays_narrow_past_the_limit() -> Non
     assert wide["webhooksWithoutCondition"] == ["namespaces.gate.criticalsvc.io"]
     past = population.render_offline(population.population(10_000), SHIPPED)
     assert past["broad"] == [] and past["webhooksWithoutCondition"] == []
-    assert past["webhooks"] > at_1000["webhooks"] and past["longestExpressionChars"] < 90_000
+    assert past["configurations"] == 8 and past["largestBytes"] < past["bytes"] / 3
+    assert past["longestExpressionChars"] < 90_000
 
 
 def test_rendered_size_counts_bytes_webhooks_and_the_longest_condition() -> None:
     config = {"webhooks": [{"name": "a", "matchConditions": [{"name": "x", "expression": "abc"}]},
                            {"name": "b"}]}
-    size = population.rendered_size(config)
-    assert size == {"bytes": len('{"webhooks":[{"name":"a","matchConditions":[{"name":"x","expression":"abc"}]},'
-                                 '{"name":"b"}]}'),
-                    "webhooks": 2, "matchConditions": 1, "longestExpressionChars": 3,
+    size = population.rendered_size([config, {"webhooks": [{"name": "b"}]}])
+    one = len('{"webhooks":[{"name":"a","matchConditions":[{"name":"x","expression":"abc"}]},{"name":"b"}]}')
+    assert size == {"bytes": one + len('{"webhooks":[{"name":"b"}]}'), "largestBytes": one, "configurations": 2,
+                    "webhooks": 3, "matchConditions": 1, "longestExpressionChars": 3,
                     "webhooksWithoutCondition": ["b"]}
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from criticalsvc.api import PROTECTED_LABEL
-from criticalsvc.routing import DELETE_WEBHOOK, PROVIDERS_CONFIGURATION
-from tests.backends import Backend, unique, widget_crd
+from criticalsvc.routing import DELETE_WEBHOOK
+from tests.backends import Backend, gate_configurations, gate_webhooks, unique, widget_crd
 from tests.realcluster.teardown import wait_for
 
 CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
@@ -51,9 +51,8 @@ def _ready(cluster: Backend, name: str) -> dict[str, Any]:
 
 
 def _routed_types(cluster: Backend) -> set[tuple[str, str]]:
-    """(group, resource) of every DELETE rule of the providers webhook in criticalsvc-providers."""
-    owned = cluster.admin.get(f"{CONFIGURATIONS}/{PROVIDERS_CONFIGURATION}") or {}
-    return {(g, r) for w in owned.get("webhooks") or [] if w["name"] == DELETE_WEBHOOK for rule in w["rules"]
+    """(group, resource) of every DELETE rule of the providers webhook in the gate's configurations."""
+    return {(g, r) for w in gate_webhooks(cluster.admin) if w["name"] == DELETE_WEBHOOK for rule in w["rules"]
             for g in rule["apiGroups"] for r in rule["resources"]}
 
 
@@ -180,14 +179,15 @@ def test_the_owned_configuration_goes_with_the_shipped_one(cluster: Backend, nam
     assert shipped is not None
     try:
         wait_for(lambda: _ready(cluster, absent).get("reason") == "Enforcing", timeout=60, what="Ready=True")
-        owned = cluster.admin.get(f"{CONFIGURATIONS}/{PROVIDERS_CONFIGURATION}")
-        assert owned is not None
-        (owner,) = owned["metadata"]["ownerReferences"]
-        assert (owner["kind"], owner["name"], owner["uid"]) == ("ValidatingWebhookConfiguration", "criticalsvc",
-                                                                 shipped["metadata"]["uid"])
+        owned = gate_configurations(cluster.admin)
+        assert owned
+        for each in owned:
+            (owner,) = each["metadata"]["ownerReferences"]
+            assert (owner["kind"], owner["name"], owner["uid"]) == ("ValidatingWebhookConfiguration", "criticalsvc",
+                                                                     shipped["metadata"]["uid"])
         assert cluster.admin.delete(f"{CONFIGURATIONS}/criticalsvc").status_code == 200
-        wait_for(lambda: not cluster.admin.exists(f"{CONFIGURATIONS}/{PROVIDERS_CONFIGURATION}"), timeout=60,
-                 what="the garbage collector to delete criticalsvc-providers")
+        wait_for(lambda: not gate_configurations(cluster.admin), timeout=60,
+                 what="the garbage collector to delete every criticalsvc-providers configuration")
         for each in (name, absent):  # with the shipped configuration gone, no label routes anything either
             wait_for(lambda n=each: _ready(cluster, n).get("reason") == "RoutingFailed", timeout=60,
                      what=f"{each} Ready=False/RoutingFailed while the shipped configuration is gone")

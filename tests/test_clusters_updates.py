@@ -18,21 +18,20 @@ from typing import Any
 
 import pytest
 
-from tests.backends import Backend, deployment_manifest, ok, unique
+from tests.backends import Backend, deployment_manifest, gate_webhooks, ok, unique
 from tests.realcluster.teardown import wait_for
 
 CRITICAL_SERVICES = "/apis/criticalsvc.io/v1alpha1/criticalservices"
 CLUSTERROLES = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
 WEBHOOK_CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 # The gate-owned configuration that routes UPDATEs of provider types (criticalsvc/routing.py).
-ROUTES = "criticalsvc-providers"
+ROUTES = "criticalsvc-providers"  # and its shards, -1 .. -7 (tests.backends.gate_webhooks)
 ROUTE_TIMEOUT = 90
 
 
 def routed(cluster: Backend, group: str, resource: str) -> bool:
     """Whether ROUTES has a rule sending UPDATEs of group/resource (e.g. "deployments/scale") to the gate."""
-    config = cluster.admin.get(f"{WEBHOOK_CONFIGURATIONS}/{ROUTES}")
-    for webhook in (config or {}).get("webhooks") or []:
+    for webhook in gate_webhooks(cluster.admin):
         for rule in webhook.get("rules") or []:
             if ({"UPDATE", "*"} & set(rule.get("operations") or []) and {group, "*"} & set(rule.get("apiGroups") or [])
                     and resource in (rule.get("resources") or [])):

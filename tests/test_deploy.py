@@ -436,9 +436,9 @@ def test_the_namespaced_roles_live_in_the_gate_namespace(base: list[Obj]) -> Non
 
 
 def test_the_webhook_router_writes_only_its_own_configuration(base: list[Obj]) -> None:
-    """get on the shipped configuration and the owned one, update/patch on the owned one only, create
+    """get on the shipped configuration and the owned ones, update/patch on the owned ones only, create
     unrestricted (RBAC cannot limit it by name), no delete and no list/watch."""
-    from criticalsvc.routing import PROVIDERS_CONFIGURATION, SHIPPED_CONFIGURATION
+    from criticalsvc.routing import CONFIGURATION_NAMES, SHIPPED_CONFIGURATION
 
     grants: dict[str, set[str] | None] = {}
     for _role, rule in rules(base):
@@ -447,8 +447,8 @@ def test_the_webhook_router_writes_only_its_own_configuration(base: list[Obj]) -
         for verb in rule["verbs"]:
             names = rule.get("resourceNames")
             grants[verb] = set(names) if names is not None else None
-    assert grants == {"get": {SHIPPED_CONFIGURATION, PROVIDERS_CONFIGURATION}, "update": {PROVIDERS_CONFIGURATION},
-                      "patch": {PROVIDERS_CONFIGURATION}, "create": None}
+    owned = set(CONFIGURATION_NAMES)  # every shard the router may write
+    assert grants == {"get": {SHIPPED_CONFIGURATION, *owned}, "update": owned, "patch": owned, "create": None}
 
 
 def test_the_reader_role_aggregates_and_covers_what_the_gate_watches(base: list[Obj]) -> None:

@@ -34,7 +34,13 @@ from typing import Any
 import pytest
 
 from criticalsvc.api import PROTECTED_LABEL
-from criticalsvc.routing import LABELLED_UPDATES_WEBHOOK, LABELS_WEBHOOK, SHIPPED_CONFIGURATION
+from criticalsvc.routing import (
+    LABELLED_UPDATES_WEBHOOK,
+    LABELS_WEBHOOK,
+    SHIPPED_CONFIGURATION,
+    configuration_name,
+    shard_in,
+)
 from tests.backends import deployment_manifest, unique
 from tests.realcluster.client import Client
 from tests.realcluster.cluster import RealCluster, built_binaries, real_cluster
@@ -239,10 +245,11 @@ def test_a_provider_created_and_deleted_at_once_through_another_api_server_is_re
 
 
 def _route_held(client: Client, namespace: str) -> bool:
-    """Whether criticalsvc-providers, read through `client`'s API server, routes Deployment `namespace`/p by name (a
-    dry-run DELETE of a Deployment that does not exist is 404 either way, so the route is read instead)."""
+    """Whether the gate's configuration for `namespace` (its shard of criticalsvc-providers), read through `client`'s
+    API server, routes Deployment `namespace`/p by name (a dry-run DELETE of a Deployment that does not exist is 404
+    either way, so the route is read instead)."""
     owned = client.get("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/"
-                       "criticalsvc-providers") or {}
+                       f"{configuration_name(shard_in(namespace))}") or {}
     return any(f"'{namespace}/p'" in c.get("expression", "") for w in owned.get("webhooks") or []
                for c in w.get("matchConditions") or [])
 

@@ -28,8 +28,9 @@ from criticalsvc.routing import (
     DELETE_WEBHOOK,
     LABELS_WEBHOOK,
     NAMESPACE_NAME_LABEL,
-    PROVIDERS_CONFIGURATION,
     SHIPPED_CONFIGURATION,
+    configuration_name,
+    shard_in,
 )
 from tests.backends import deployment_manifest, unique, widget_crd
 from tests.realcluster.cluster import RealCluster
@@ -211,7 +212,7 @@ def test_an_outage_refuses_only_what_is_protected(readable: RealCluster) -> None
         return cluster.admin.request("PATCH", path, json={"metadata": {"labels": {"touched": value}}},
                                      headers={"Content-Type": "application/merge-patch+json"})
 
-    owned_path = f"{CONFIGURATIONS}/{PROVIDERS_CONFIGURATION}"
+    owned_path = f"{CONFIGURATIONS}/{configuration_name(shard_in(guarded))}"  # the shard of guarded's routes
     owned = cluster.admin.get(owned_path)
     assert owned is not None
     shipped_path = f"{CONFIGURATIONS}/{SHIPPED_CONFIGURATION}"

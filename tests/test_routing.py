@@ -54,19 +54,25 @@ from criticalsvc.routing import (
     PROBE_CONFIGMAP,
     PROBE_WEBHOOK,
     PROVIDERS_CONFIGURATION,
+    SHARDS,
     Desired,
+    Rendered,
     Route,
     Routing,
     call_of,
+    configuration_name,
     covers,
     desired,
     digest_in,
     for_update,
     probe_answer,
+    probe_configmap,
     probe_digest,
     render,
+    render_all,
     route_key,
     same_configuration,
+    shard_of,
 )
 from criticalsvc.sim import matchconditions
 from criticalsvc.sim.webhook_client import webhooks_from_configuration
@@ -119,8 +125,14 @@ def wanted(*services: Any, lookup: Callable[[GroupResource], ResourceType | None
     return desired(services, lookup or mapper().lookup)
 
 
+def render_one(routes: Desired, source: Mapping[str, Any] | None = None) -> Rendered:
+    """Every route of `routes` in one configuration (shard 0's): what a webhook looks like does not depend on which
+    configuration holds it (test_the_routes_are_spread_over_the_shards_by_namespace checks where each goes)."""
+    return render(routes.routes, routes.types, shipped() if source is None else source, probe_namespace=PROBE_NAMESPACE)
+
+
 def rendered(*services: Any) -> dict[str, Any]:
-    return render(wanted(*services), shipped(), probe_namespace=PROBE_NAMESPACE).configuration
+    return render_one(wanted(*services)).configuration
 
 
 def named(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -224,7 +236,7 @@ def test_a_selector_without_a_namespace_routes_every_namespace_delete_and_says_s
     made all 1,056 CriticalServices of a benchmark report Broad)."""
     cs = service("a", CONFIGMAPS, namespace="", selector={"matchLabels": {"app": "db"}})
     other = service("b", DEPLOYMENTS, namespace="team")
-    result = render(wanted(cs, other), shipped(), probe_namespace=PROBE_NAMESPACE)
+    result = render_one(wanted(cs, other))
     namespaces = named(result.configuration)[NAMESPACES_WEBHOOK]
     assert "matchConditions" not in namespaces
     assert "any namespace" in result.broad[Route("DELETE", NAMESPACES_GR)]
@@ -250,7 +262,7 @@ def test_the_configuration_is_owned_by_the_shipped_one_and_copies_its_settings()
     source = shipped()
     template = next(w for w in source["webhooks"] if w["name"] == "labelled.gate.criticalsvc.io")
     template["failurePolicy"] = "Ignore"  # the Helm chart's value follows
-    config = render(wanted(service("a", CONFIGMAPS)), source, probe_namespace=PROBE_NAMESPACE).configuration
+    config = render_one(wanted(service("a", CONFIGMAPS)), source).configuration
     assert config["metadata"]["name"] == PROVIDERS_CONFIGURATION
     assert config["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "criticalsvc"
     assert config["metadata"]["ownerReferences"] == [{
@@ -271,8 +283,8 @@ def test_the_configuration_is_owned_by_the_shipped_one_and_copies_its_settings()
 def test_the_probe_webhook_names_the_digest_of_the_rest_and_matches_only_the_probe() -> None:
     """Its path carries the digest of every other webhook; a change of routes changes it; only a dry-run
     CREATE of the probe ConfigMap in the gate's namespace reaches it, and never fails a request."""
-    one = render(wanted(service("a", CONFIGMAPS)), shipped(), probe_namespace=PROBE_NAMESPACE)
-    two = render(wanted(service("a", CONFIGMAPS, hold=True)), shipped(), probe_namespace=PROBE_NAMESPACE)
+    one = render_one(wanted(service("a", CONFIGMAPS)))
+    two = render_one(wanted(service("a", CONFIGMAPS, hold=True)))
     assert one.digest != two.digest
     assert probe_digest(one.configuration) == one.digest
     probe = named(one.configuration)[PROBE_WEBHOOK]
@@ -292,11 +304,45 @@ def test_the_probe_webhook_names_the_digest_of_the_rest_and_matches_only_the_pro
     assert create(False) == [] and create(True, "other") == []
 
 
+def test_the_routes_are_spread_over_the_shards_by_namespace() -> None:
+    """SHARDS configurations, criticalsvc-providers and criticalsvc-providers-1 ..: a provider's routes and its
+    namespace's DELETE go to one, chosen by the namespace; a new CriticalService changes that one configuration and
+    leaves the others as they were (kube-apiserver compiles and rebuilds only a configuration that changed); each
+    shard's probe webhook matches only its own probe ConfigMap, and names a digest no other shard has."""
+    many = [service(f"s{i}", DEPLOYMENTS, namespace=f"team-{i}") for i in range(40)]
+    before = {r.configuration["metadata"]["name"]: r
+              for r in render_all(wanted(*many), shipped(), probe_namespace=PROBE_NAMESPACE)}
+    assert set(before) == {configuration_name(i) for i in range(SHARDS)}, "40 namespaces fill every shard"
+    assert configuration_name(0) == PROVIDERS_CONFIGURATION
+    assert len({r.digest for r in before.values()}) == SHARDS
+    for name, result in before.items():
+        routes = {str(r) for r in wanted(*many).routes if configuration_name(shard_of(r)) == name}
+        expressions = " ".join(c["expression"] for w in result.configuration["webhooks"]
+                               for c in w.get("matchConditions", []))
+        for i in range(len(many)):
+            here = f"'team-{i}/p'" in expressions
+            assert here == (f"DELETE deployments.apps team-{i}/p" in routes), (name, i)
+            assert here == (f"'team-{i}'" in expressions), "the namespace's DELETE goes with its provider"
+
+        def probed(configmap: str, config: Mapping[str, Any] = result.configuration) -> bool:
+            return PROBE_WEBHOOK in api_server_sends(config, AdmissionRequest(
+                uid="u", group_resource=CONFIGMAPS, operation="CREATE", name=configmap, namespace=PROBE_NAMESPACE,
+                object={"metadata": {"name": configmap}}, old_object=None, dry_run=True), types=mapper())
+
+        assert [i for i in range(SHARDS) if probed(probe_configmap(i))] == [result.shard], name
+    added = service("new", DEPLOYMENTS, namespace="team-new")
+    after = {r.configuration["metadata"]["name"]: r
+             for r in render_all(wanted(*many, added), shipped(), probe_namespace=PROBE_NAMESPACE)}
+    changed = {name for name in after if not same_configuration(before[name].configuration,
+                                                                after[name].configuration)}
+    assert changed == {configuration_name(shard_of(Route("DELETE", NAMESPACES_GR, name="team-new")))}
+
+
 def test_a_url_client_config_is_copied_with_the_probe_on_its_own_path() -> None:
     source = shipped()
     for w in source["webhooks"]:
         w["clientConfig"] = {"url": "https://127.0.0.1:8443/validate", "caBundle": "bmV3Cg=="}
-    config = render(wanted(service("a", CONFIGMAPS)), source, probe_namespace=PROBE_NAMESPACE).configuration
+    config = render_one(wanted(service("a", CONFIGMAPS)), source).configuration
     assert named(config)[DELETE_WEBHOOK]["clientConfig"] == {"url": "https://127.0.0.1:8443/validate",
                                                               "caBundle": "bmV3Cg=="}
     assert named(config)[PROBE_WEBHOOK]["clientConfig"]["url"].startswith("https://127.0.0.1:8443/probe/")
@@ -338,7 +384,7 @@ def test_a_condition_past_the_size_limit_is_split_over_webhooks_and_stays_narrow
     webhooks (providers.gate, providers-2.gate, ...), each condition under the limit; every provider is named in
     exactly one of them, a name no CriticalService protects in none, and nothing is broad."""
     many = [service(f"s{i}", CONFIGMAPS, namespace=f"namespace-{i:05d}") for i in range(MAX_EXPRESSION_CHARS // 15)]
-    result = render(wanted(*many), shipped(), probe_namespace=PROBE_NAMESPACE)
+    result = render_one(wanted(*many))
     shards = [w for w in result.configuration["webhooks"] if w["name"].startswith("providers")]
     assert len(shards) >= 2 and not result.broad
     expressions = [w["matchConditions"][0]["expression"] for w in shards]
@@ -347,7 +393,7 @@ def test_a_condition_past_the_size_limit_is_split_over_webhooks_and_stays_narrow
         assert sum(f"'namespace-{i:05d}/p'" in e for e in expressions) == 1, i
     assert not any("'namespace-99999/p'" in e for e in expressions)
     assert [w["name"] for w in shards][:2] == [DELETE_WEBHOOK, DELETE_WEBHOOK.replace(".gate.", "-2.gate.")]
-    few = render(wanted(*many[:10]), shipped(), probe_namespace=PROBE_NAMESPACE)
+    few = render_one(wanted(*many[:10]))
     assert [w["name"] for w in few.configuration["webhooks"] if w["name"].startswith("providers")] == [DELETE_WEBHOOK]
 
 
@@ -532,7 +578,9 @@ def routing_mismatch(case: Case, *, leave_out: str | None = None) -> str | None:
     state = build_state([Manifest(m, f"generated: document {i}") for i, m in enumerate(case.manifests, 1)])
     services = [cs for cs in state.critical_services() if cs.name != leave_out]
     wanted_routes = desired(services, state.mapper.lookup)
-    result = render(wanted_routes, shipped(), probe_namespace=PROBE_NAMESPACE)
+    # Every shard the router would write, as an API server holds them all.
+    results = render_all(wanted_routes, shipped(), probe_namespace=PROBE_NAMESPACE)
+    broad = {r for result in results for r in result.broad}
     types = state.mapper
     for request in requests_of(case):
         decision = decide(request, state, manages_routes=True)
@@ -544,14 +592,14 @@ def routing_mismatch(case: Case, *, leave_out: str | None = None) -> str | None:
         if (not decision.allowed or decision.protected) and not (modelled or statically_routed(request)):
             return f"{request.operation} {matched} {request.namespace}/{request.name}: {decision.rule} not routed"
         try:
-            sent = api_server_sends(result.configuration, request, types=types)
+            sent = [h for result in results for h in api_server_sends(result.configuration, request, types=types)]
         except Exception as exc:
             return f"{request.operation} {matched} {request.namespace}/{request.name}: evaluation failed: {exc}"
         gate_hooks = [h for h in sent if h != PROBE_WEBHOOK]
         labelled = ((request.old_object or {}).get("metadata") or {}).get("labels", {}).get(DELETION_PROTECTED_LABEL)
         if modelled and not gate_hooks and not (request.operation == "DELETE" and labelled == "Always"):
             return f"{request.operation} {matched} {request.name}: covered but the API server sends nothing"
-        if gate_hooks and not modelled and not result.broad:
+        if gate_hooks and not modelled and not broad:
             return f"{request.operation} {matched} {request.name}: sent by {gate_hooks} though nothing covers it"
     return None
 
@@ -630,7 +678,7 @@ def test_ready_does_not_flap_when_the_status_writer_records_the_provider_uid() -
 
 def test_a_broadly_routed_service_says_so_in_routed_narrowly() -> None:
     cs = service("a", CONFIGMAPS, namespace="", selector={"matchLabels": {"app": "db"}})
-    result = render(wanted(cs), shipped(), probe_namespace=PROBE_NAMESPACE)
+    result = render_one(wanted(cs))
     needs = wanted(cs).needs
     state = MemoryState(mapper())
     state.upsert_critical_service(cs)

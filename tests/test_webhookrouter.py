@@ -22,14 +22,18 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import attrs
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubefakes import FakeAPI, eventually
 from test_routing import ROOT, WIDGET, WIDGETS
 
-from criticalsvc import routing, webhookrouter
-from criticalsvc.api import parse_critical_service
+from criticalsvc import protectionlabels, routing, webhookrouter
+from criticalsvc.api import LABEL_VALUE, PROTECTED_LABEL, UPDATES_HELD_LABEL, GroupResource, parse_critical_service
 from criticalsvc.cache.transport import APIStatusError, TransportError
+from criticalsvc.objects import KubeObject
 from criticalsvc.restmapper import RESTMapper
 from criticalsvc.state import MemoryState
 from criticalsvc.webhookrouter import CONFIGURATIONS, WebhookRouter
@@ -38,35 +42,44 @@ PROBE = "/api/v1/namespaces/criticalsvc-system/configmaps"
 
 
 class RoutingAPI(FakeAPI):
-    """FakeAPI with the API server's side of the probe: a dry-run CREATE of the probe ConfigMap is denied by the
-    probe webhook of the stored criticalsvc-providers (naming the digest in its path) once the informer has
-    caught up, which takes `lag` probes after each write; before that it passes (201, nothing stored)."""
+    """FakeAPI with the API server's side of the probe: a dry-run CREATE of a shard's probe ConfigMap is denied by the
+    probe webhook of that stored criticalsvc-providers shard (naming the digest in its path) once the informer has
+    caught up, which takes `lag` probes of that shard after each write of it; before that it passes (201, nothing
+    stored)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.lag = 0
-        self._behind = 0
+        self._behind: dict[int, int] = {}  # per shard, the probes still to pass
 
     def put(self, path: str, obj: Any) -> dict[str, Any]:
-        if path == OWNED:
-            self._behind = self.lag
+        if path in SHARD_PATHS:
+            self._behind[SHARD_PATHS.index(path)] = self.lag
         return super().put(path, obj)
+
+    def catch_up(self) -> None:
+        self.lag, self._behind = 0, {}
 
     async def send(self, verb: str, path: str, payload: Any = None, *, timeout: float, params: Any = (),
                    content_type: str = "application/json") -> Any:
         if verb == "POST" and path == PROBE and dict(params).get("dryRun") == "All":
             self.requests.append((verb, path, payload))
             self._fault(verb, path)
-            digest = routing.probe_digest(self.objects.get(OWNED))
-            if digest is None or self._behind > 0:
-                self._behind -= 1
+            # Only the probe webhook of the shard whose probe ConfigMap this is matches it.
+            shard = [routing.probe_configmap(i) for i in range(routing.SHARDS)].index(payload["metadata"]["name"])
+            digest = routing.probe_digest(self.objects.get(SHARD_PATHS[shard]))
+            if digest is None or self._behind.get(shard, 0) > 0:
+                self._behind[shard] = self._behind.get(shard, 0) - 1
                 return payload
             raise APIStatusError(403, "Forbidden", f'admission webhook "{routing.PROBE_WEBHOOK}" denied the '
                                  f"request: {routing.probe_answer(digest)}")
         return await super().send(verb, path, payload, timeout=timeout, params=params, content_type=content_type)
 
 SHIPPED = f"{CONFIGURATIONS}/{routing.SHIPPED_CONFIGURATION}"
-OWNED = f"{CONFIGURATIONS}/{routing.PROVIDERS_CONFIGURATION}"
+SHARD_PATHS = [f"{CONFIGURATIONS}/{name}" for name in routing.CONFIGURATION_NAMES]
+WIDGET_DELETE = routing.Route("DELETE", WIDGETS, None, "p")
+WIDGET_SHARD = routing.shard_of(WIDGET_DELETE)
+OWNED = SHARD_PATHS[WIDGET_SHARD]  # the configuration that holds the widget's routes
 OLD_CA, NEW_CA = "b2xkLWNh", "bmV3LWNh"
 
 
@@ -156,8 +169,6 @@ def routed(api: FakeAPI) -> list[str]:
     return [w["name"] for w in (api.objects.get(OWNED) or {}).get("webhooks") or []]
 
 
-WIDGET_DELETE = routing.Route("DELETE", WIDGETS, None, "p")
-
 
 @pytest.mark.anyio
 async def test_routes_are_live_only_once_the_probe_returns_the_digest_written():
@@ -169,8 +180,8 @@ async def test_routes_are_live_only_once_the_probe_returns_the_digest_written():
     router, events, _clock = router_over(api, widget_service())
     async with leading(router):
         await eventually(lambda: WIDGET_DELETE in router.facts.live, what="the routes live")
-    probes = api.sent("POST", PROBE)
-    assert len(probes) == 4 and all(p["metadata"]["name"] == routing.PROBE_CONFIGMAP for p in probes)
+    probes = [p["metadata"]["name"] for p in api.sent("POST", PROBE)]
+    assert probes.count(routing.probe_configmap(WIDGET_SHARD)) == 4, probes
     assert router.facts.enforced(widget_service()) and events == [] and router.facts.error is None
     assert routing.DELETE_WEBHOOK in routed(api)
 
@@ -213,9 +224,10 @@ async def test_a_configuration_deleted_by_someone_else_is_not_live_until_written
         del api.objects[OWNED]
         clock.now += webhookrouter.RESYNC
         await eventually(lambda: OWNED in api.objects, what="the configuration written again")
-        await eventually(lambda: router.facts.live == frozenset(), what="nothing live")
-        api.lag = 0
-        api._behind = 0
+        # Its routes are not live; another shard's (the widgets CRD's DELETE), untouched, stay so.
+        await eventually(lambda: WIDGET_DELETE not in router.facts.live, what="its routes not live")
+        assert router.facts.live
+        api.catch_up()
         await eventually(lambda: WIDGET_DELETE in router.facts.live, what="the routes live again")
 
 
@@ -224,8 +236,8 @@ async def test_a_conflicting_write_is_read_again_and_written_at_the_next_round_w
     """Someone (an older leader) wrote criticalsvc-providers in between: the PUT gets 409; the next round wins."""
     api = RoutingAPI()
     api.put(SHIPPED, shipped())
-    api.put(OWNED, {**routing.render(routing.Desired({}, {}), api.objects[SHIPPED],
-                                     probe_namespace="criticalsvc-system").configuration})
+    api.put(OWNED, {**routing.render(frozenset(), {}, api.objects[SHIPPED], probe_namespace="criticalsvc-system",
+                                     shard=WIDGET_SHARD).configuration})
     api.faults[("PUT", OWNED)] = [APIStatusError(409, "Conflict", "the object has been modified")]
     router, events, _clock = router_over(api, widget_service())
     facts: list[routing.Routing] = []
@@ -302,7 +314,7 @@ async def test_nothing_is_created_while_no_provider_needs_a_route():
         await eventually(lambda: router.syncs >= 1, what="a first sync")
         clock.now += webhookrouter.RESYNC
         await eventually(lambda: router.syncs >= 2, what="a resync")
-    assert OWNED not in api.objects and api.sent("POST", CONFIGURATIONS) == [] and api.sent("PUT", OWNED) == []
+    assert not set(SHARD_PATHS) & set(api.objects) and api.sent("POST", CONFIGURATIONS) == []
     assert events == [] and router.facts.live == frozenset() and router.facts.error is None
 
 
@@ -315,15 +327,17 @@ class StaleRoutingAPI(RoutingAPI):
         self._older: str | None = None
 
     def put(self, path: str, obj: Any) -> dict[str, Any]:
-        if path == OWNED:
-            self._older = routing.probe_digest(self.objects.get(OWNED))
+        if path in SHARD_PATHS:
+            self._older = routing.probe_digest(self.objects.get(path))
         return super().put(path, obj)
 
     async def send(self, verb: str, path: str, payload: Any = None, *, timeout: float, params: Any = (),
                    content_type: str = "application/json") -> Any:
-        if verb == "POST" and path == PROBE and self._behind > 0 and self._older is not None:
+        shard = WIDGET_SHARD
+        if verb == "POST" and path == PROBE and payload["metadata"]["name"] == routing.probe_configmap(shard) \
+                and self._behind.get(shard, 0) > 0 and self._older is not None:
             self.requests.append((verb, path, payload))
-            self._behind -= 1
+            self._behind[shard] -= 1
             raise APIStatusError(403, "Forbidden", f'admission webhook "{routing.PROBE_WEBHOOK}" denied the '
                                  f"request: {routing.probe_answer(self._older)}")
         return await super().send(verb, path, payload, timeout=timeout, params=params, content_type=content_type)
@@ -337,8 +351,11 @@ async def test_a_probe_answered_from_an_older_configuration_makes_only_its_route
     api = StaleRoutingAPI()
     api.put(SHIPPED, shipped())
     first = widget_service()
+    # A name whose routes share the first one's configuration (an older version of that object is what lags).
+    name = next(n for n in (f"q{i}" for i in range(100))
+                if routing.shard_of(routing.Route("DELETE", WIDGETS, None, n)) == WIDGET_SHARD)
     second = parse_critical_service({"metadata": {"name": "w2"}, "spec": {
-        "provider": {"group": WIDGETS.group, "resource": WIDGETS.resource, "name": "q"},
+        "provider": {"group": WIDGETS.group, "resource": WIDGETS.resource, "name": name},
         "criteria": [{"type": "SpecificResource",
                       "specificResource": {"resource": "configmaps", "namespace": "x", "name": "y"}}]}})
     router, _events, _clock = router_over(api, first)
@@ -350,7 +367,7 @@ async def test_a_probe_answered_from_an_older_configuration_makes_only_its_route
         probes = len(api.sent("POST", PROBE))
         await eventually(lambda: len(api.sent("POST", PROBE)) >= probes + 3, what="three more probes")
         assert router.facts.enforced(first) and not router.facts.enforced(second)
-        api.lag, api._behind = 0, 0
+        api.catch_up()
         await eventually(lambda: router.facts.enforced(second), what="the second live once the digest is its own")
 
 
@@ -394,3 +411,93 @@ async def test_a_new_critical_service_is_routed_at_its_cache_event_not_at_the_ne
         source.add(widget_service())
         await eventually(lambda: WIDGET_DELETE in router.facts.live, timeout=10, what="the new route live")
     assert routing.DELETE_WEBHOOK in routed(api)
+
+
+class OrderedAPI(RoutingAPI):
+    """Records, at each write of shard 0 (criticalsvc-providers), which other shards are stored then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.others_at_shard_0: list[set[str]] = []
+
+    def put(self, path: str, obj: Any) -> dict[str, Any]:
+        if path == SHARD_PATHS[0] and "resourceVersion" in (obj.get("metadata") or {}):  # the router's PUT
+            self.others_at_shard_0.append({p for p in SHARD_PATHS[1:] if p in self.objects})
+        return super().put(path, obj)
+
+
+@pytest.mark.anyio
+async def test_the_one_configuration_of_earlier_versions_drops_a_route_only_once_its_shard_is_stored():
+    """Upgrading: criticalsvc-providers holds every route (as earlier versions wrote it). Its routes that belong in
+    other shards leave it only once those shards are stored, so an API server holding the narrower one holds them
+    too (one watch, in resourceVersion order); a sync whose first write fails leaves it whole."""
+    services = [parse_critical_service({"metadata": {"name": f"w{i}"}, "spec": {
+        "provider": {"group": WIDGETS.group, "resource": WIDGETS.resource, "name": f"p{i}"},
+        "criteria": [{"type": "SpecificResource",
+                      "specificResource": {"resource": "configmaps", "namespace": "x", "name": "y"}}]}})
+        for i in range(24)]
+    api = OrderedAPI()
+    api.put(SHIPPED, shipped())
+    router, _events, clock = router_over(api, *services)
+    everything = router.desired()
+    needed = {SHARD_PATHS[routing.shard_of(r)] for r in everything.routes} - {SHARD_PATHS[0]}
+    assert len(needed) >= 5
+    api.put(SHARD_PATHS[0], routing.render(everything.routes, everything.types, api.objects[SHIPPED],
+                                           probe_namespace="criticalsvc-system").configuration)
+    api.faults[("POST", CONFIGURATIONS)] = [TransportError("connection refused")]
+    async with leading(router):
+        await eventually(lambda: router.syncs >= 1, what="the first sync, whose first write fails")
+        clock.now += webhookrouter.RETRY
+        await eventually(lambda: all(router.facts.enforced(cs) for cs in services), what="every route live")
+    assert api.others_at_shard_0 and api.others_at_shard_0[0] >= needed, api.others_at_shard_0
+
+
+# --- the router's memo of each CriticalService's routes --------------------------------------------------------
+MEMO_NAMESPACES = ("a", "b")
+DEPLOYMENTS_GR = GroupResource("apps", "deployments")
+
+
+def memo_service(name: str, variant: int) -> Any:
+    """One of a few CriticalServices named `name`: named or selected providers, built-in or custom, held or not."""
+    ns = MEMO_NAMESPACES[variant % 2]
+    provider: dict[str, Any] = ({"group": "apps", "resource": "deployments", "namespace": ns, "name": "p"}
+                                if variant < 4 else
+                                {"group": WIDGETS.group, "resource": WIDGETS.resource, "name": f"w{variant % 2}"}
+                                if variant < 6 else
+                                {"group": "apps", "resource": "deployments", "namespace": ns,
+                                 "selector": {"matchLabels": {"app": "x"}}})
+    spec: dict[str, Any] = {"provider": provider, "criteria": [{"type": "SpecificResource", "specificResource": {
+        "resource": "configmaps", "namespace": "x", "name": "y"}}]}
+    if variant in (2, 3):
+        spec["holdUpdates"] = "WhileBlocking"
+    return parse_critical_service({"metadata": {"name": name}, "spec": spec})
+
+
+memo_steps = st.lists(st.one_of(
+    st.tuples(st.just("service"), st.sampled_from("stu"), st.integers(0, 7)),
+    st.tuples(st.just("forget"), st.sampled_from("stu"), st.just(0)),
+    st.tuples(st.just("label"), st.sampled_from(MEMO_NAMESPACES), st.booleans()),
+    st.tuples(st.just("labelled"), st.just(""), st.booleans())), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(memo_steps)
+def test_the_remembered_routes_are_those_computed_afresh(steps: list[tuple[str, str, Any]]) -> None:
+    """After any sequence of CriticalServices created, changed and deleted, providers labelled and unlabelled, and
+    the shipped configuration routing the labels or not, the router's desired() (which reuses what did not change)
+    is routing.desired computed afresh on the same state (the oracle)."""
+    router, _events, _clock = router_over(RoutingAPI())
+    state = source_of(router).state
+    for op, name, arg in steps:
+        if op == "service":
+            state.upsert_critical_service(memo_service(name, arg))
+        elif op == "forget":
+            state.remove_critical_service(name)
+        elif op == "label":
+            labels = {PROTECTED_LABEL: LABEL_VALUE, UPDATES_HELD_LABEL: LABEL_VALUE} if arg else {}
+            state.upsert(KubeObject(DEPLOYMENTS_GR, name, "p", labels=labels))
+        else:
+            router.facts = attrs.evolve(router.facts, labelled=arg)
+        carried = protectionlabels.carried_in(state) if router.facts.labelled else None
+        afresh = routing.desired(state.critical_services(), router.mapper.lookup, carried)
+        assert router.desired() == afresh, (op, name, arg)

@@ -35,7 +35,7 @@ from ..api import (
     ObjectRef,
     SpecificResourceCriterion,
 )
-from ..routing import PROVIDERS_CONFIGURATION
+from ..routing import CONFIGURATION_NAMES
 from .finalizers import Candidate, Confidence, best, is_builtin, name_score
 from .inventory import APISERVICES, FinalizerUse, Inventory, Webhook, Workload
 from .rbac import SUPERUSER_PROBE, AccessAnswer, AccessQuestion
@@ -55,7 +55,7 @@ OWN_FINALIZER_PREFIX = "criticalsvc.io/"
 # The gate's own webhook configurations: the shipped one (deploy/base/webhook.yaml; serve --webhook-configuration
 # names another) and the one its leader writes (criticalsvc/routing.py). Pointed at the gate by url when it runs
 # outside the cluster, they are its own install all the same.
-OWN_CONFIGURATIONS = frozenset({"criticalsvc", PROVIDERS_CONFIGURATION})
+OWN_CONFIGURATIONS = frozenset({"criticalsvc", *CONFIGURATION_NAMES})
 UPDATE = "update"
 _RANK = {Confidence.HIGH: 0, Confidence.MEDIUM: 1, Confidence.LOW: 2}
 

@@ -265,4 +265,4 @@ def objects(config: Configuration, *, owned: bool = False) -> list[dict[str, Any
 def bundle_yaml(docs: list[Mapping[str, Any]], *, header: str) -> str:
     """A bundle file `criticalsvc simulate -f` loads, with `header` as its leading comment."""
     comment = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
-    return comment + yaml.safe_dump_all([dict(d) for d in docs], sort_keys=False, default_flow_style=None)
+    return comment + str(yaml.safe_dump_all([dict(d) for d in docs], sort_keys=False, default_flow_style=None))
