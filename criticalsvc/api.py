@@ -90,7 +90,7 @@ CRITICAL_SERVICES = GroupResource(GROUP, PLURAL)
 GATED_DELETES = ROUTED_PROVIDERS | {NAMESPACES, CRDS, CRITICAL_SERVICES}
 
 
-@attrs.frozen(order=True)
+@attrs.frozen(order=True, cache_hash=True)  # a key of the caches, the routes and the labels: hashed very often
 class ObjectRef:
     """One object: its group/resource, namespace ("" when cluster-scoped) and name."""
 

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from . import protectionlabels
-from .api import ObjectRef
+from .api import CRDS, NAMESPACES, ObjectRef
 from .cache.transport import APIError, APIStatusError, Sender
 from .errors import StateUnavailable
 from .events import object_event
@@ -64,7 +64,8 @@ class Labeller:
         self._services: frozenset[str] | None = None
         self._next_sweep = 0.0
         self._reported: set[str] = set()
-        self._members: dict[Any, tuple[Any, list[Any]]] = {}  # per CriticalService: (writes stamp, its providers)
+        # Per CriticalService name: (it, what it read by counts of writes, the objects it protects with their labels).
+        self._members: dict[str, tuple[Any, Any, dict[ObjectRef, frozenset[str]]]] = {}
 
     async def run(self, leading: Callable[[], bool]) -> None:
         while True:
@@ -96,22 +97,28 @@ class Labeller:
         services = list(state.critical_services())
         want: dict[ObjectRef, frozenset[str]] = {}
         writes = getattr(state, "writes", None)
-        members: dict[Any, tuple[Any, list[Any]]] = {}
+        members: dict[str, tuple[Any, Any, dict[ObjectRef, frozenset[str]]]] = {}
+        namespaces_crds = (writes(NAMESPACES, ""), writes(CRDS, "")) if callable(writes) else None
         sliced = time.perf_counter()
         for cs in services:
             if time.perf_counter() - sliced > LOOP_SLICE:
                 await asyncio.sleep(0)  # the event loop serves the reviews too: a round never holds it long
                 sliced = time.perf_counter()
             try:
-                # A selector's members are found by scanning its type; they are kept until that type is written.
-                key = (cs.name, cs.uid, cs.provider)
-                stamp = writes(state.resolve(cs.provider.group_resource) or cs.provider.group_resource,
-                               cs.provider.namespace) if callable(writes) else None
-                known = self._members.get(key)
-                found = known[1] if known is not None and stamp is not None and known[0] == stamp else \
-                    protectionlabels.provider_members(cs, state)
-                members[key] = (stamp, found)
-                for ref, labels in protectionlabels.protected_objects(cs, state, found).items():
+                # What cs protects is kept while what it reads was not written: its provider's type there (a selector's
+                # members are found by scanning it), the namespaces and the CRDs; at 10,000 working it all out again
+                # took a fifth of the leader's CPU while CriticalServices were created one by one (py-spy).
+                gr = state.resolve(cs.provider.group_resource)
+                stamp = (gr, writes(gr or cs.provider.group_resource, cs.provider.namespace), namespaces_crds) \
+                    if callable(writes) else None
+                known = self._members.get(cs.name)
+                if known is not None and stamp is not None and known[1] == stamp and (known[0] is cs or known[0] == cs):
+                    protected = known[2]
+                else:
+                    protected = protectionlabels.protected_objects(cs, state,
+                                                                   protectionlabels.provider_members(cs, state))
+                members[cs.name] = (cs, stamp, protected)
+                for ref, labels in protected.items():
                     want[ref] = want.get(ref, frozenset()) | labels
             except StateUnavailable:
                 continue  # that CriticalService's types cannot be read now; the others are labelled

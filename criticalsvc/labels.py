@@ -20,7 +20,7 @@ _OPERATORS: tuple[Operator, ...] = ("In", "NotIn", "Exists", "DoesNotExist")
 MAX_EXPRESSIONS = 32
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # part of every route a selector needs, hashed at each lookup of it
 class Requirement:
     key: str
     operator: Operator
@@ -50,7 +50,7 @@ class Requirement:
                 return f"{self.key} {verb} ({','.join(sorted(self.values))})"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class LabelSelector:
     """A parsed selector; `requirements` are ANDed."""
 

@@ -140,7 +140,7 @@ EXEMPT = frozenset(GroupResource("admissionregistration.k8s.io", r) for r in (
     "validatingadmissionpolicybindings", "mutatingadmissionpolicies", "mutatingadmissionpolicybindings"))
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # remembered per CriticalService and looked up in sets of every route, at 10,000 often
 class Route:
     """Some requests the API server must send the gate: `operation` on `group_resource` (`deployments/scale`
     for the subresource), narrowed to objects in `namespace` (None: any, or cluster-scoped), to the one

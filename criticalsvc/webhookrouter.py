@@ -149,7 +149,10 @@ class WebhookRouter:
             known = self._routes.get(cs.name) if carried is None or counted else None
             if known is not None and (known.service is cs or known.service == cs) and \
                     (known.type is t or known.type == t) and known.stamp == stamp:
-                kept[cs.name] = known
+                # An equal object the cache read again (a relist) is remembered as itself: compared once, not at every
+                # round from then on.
+                kept[cs.name] = known if known.service is cs and known.type is t else \
+                    attrs.evolve(known, service=cs, type=t)
             else:
                 kept[cs.name] = _Remembered(cs, t, stamp, routing.route_key(cs), routing.needed_routes(cs, t, carried))
             types[t.group_resource] = t

@@ -107,7 +107,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ROUTER_TESTS),
     # Issue 34: a pending Ready follows the cache event that stores its label; without it, the next interval.
     Mutant("status-pending-waits-for-interval", "criticalsvc/statuswriter.py",
-           "if callable(wait_event) and self._pending else None", "if False else None",
+           "wait_event(timeout)) \\\n                if callable(wait_event) and self._pending else None",
+           "wait_event(timeout)) \\\n                if False else None",
            ("tests/test_statuswriter.py",)),
     # ... and a status pass computes only the statuses whose inputs changed; computing none misses the label stored.
     Mutant("status-key-ignores-writes", "criticalsvc/statuswriter.py",
@@ -122,6 +123,9 @@ MUTANTS: tuple[Mutant, ...] = (
            'scoped.update(f"{r.namespace}/{v}" for v in requirement.values)',
            'scoped.update(f"{v}/{v}" for v in requirement.values)', ("tests/test_routing.py",)),
     # An event during a labelling round is not lost: without the count compared, the next round waits for IDLE.
+    # What a CriticalService protects kept after its provider (or a member) appeared: never labelled.
+    Mutant("labeller-memo-ignores-writes", "criticalsvc/labeller.py",
+           "stamp is not None and known[1] == stamp and", "stamp is not None and", ("tests/test_protection_labels.py",)),
     Mutant("labeller-event-during-round-lost", "criticalsvc/labeller.py",
            'isinstance(seen, int) and getattr(self.source, "changes", None) != seen:', "False:",
            ("tests/test_protection_labels.py",)),
