@@ -107,6 +107,7 @@ class WebhookRouter:
         self._wanted: routing.Desired | None = None
         self._provider_types: list[GroupResource] = []
         self._rounded: routing.Desired | None = None  # what the last round started from
+        self.busy = 0.0  # seconds of the event loop the last round held (its computing, not its awaiting)
 
     def desired(self) -> routing.Desired:
         state = self.source.state
@@ -177,7 +178,7 @@ class WebhookRouter:
     async def run(self, leading: Callable[[], bool]) -> None:
         while True:
             if leading() and self.source.ready:
-                started, seen = time.perf_counter(), getattr(self.source, "changes", None)
+                seen = getattr(self.source, "changes", None)
                 try:
                     await self.round()
                 except StateUnavailable:
@@ -187,8 +188,10 @@ class WebhookRouter:
                     self._synced = None
                 # Driven by the cache's events, not a poll: a CriticalService created wakes the next round at once,
                 # so its routes are written within a watch event of its creation (issue 34: CREATE -> Enforcing).
-                # Paced to at most half the loop under a steady stream of events.
-                await self.sleep(max(MIN_PAUSE, time.perf_counter() - started))
+                # Paced to at most half the loop under a steady stream of events: on the loop time the round held
+                # (`busy`), not its length, which is mostly the API server's answers and the probe's backoff (at
+                # 10,000 a new CriticalService then waited out the pause after the previous one's round).
+                await self.sleep(max(MIN_PAUSE, self.busy))
                 wait_event = getattr(self.source, "wait_event", None)
                 settled = self._settled()
                 if callable(wait_event) and settled and getattr(self.source, "changes", None) == seen:
@@ -216,7 +219,9 @@ class WebhookRouter:
 
     async def round(self) -> None:
         """One leader round: sync when due, probe while what is written is not seen live."""
+        held = time.perf_counter()
         wanted = self.desired()
+        self.busy = time.perf_counter() - held  # the loop's time this round holds (the render adds its own)
         settled = self._settled()
         if wanted is self._rounded and self._synced is not None and self.clock() < self._next_sync and settled:
             return  # nothing changed since the last round: no comparison of 10,000 CriticalServices' routes either
@@ -336,6 +341,7 @@ class WebhookRouter:
             self._set_facts(attrs.evolve(self.facts, labelled=not self.facts.labelled))
         rendered: list[routing.Rendered] = []
         writes: list[tuple[int, str, dict[str, Any]]] = []
+        held = time.perf_counter()
         for shard in due:
             if stored[shard] is None and not parts[shard]:
                 self._written.pop(shard, None)
@@ -352,6 +358,7 @@ class WebhookRouter:
                 writes.append((shard, "created", r.configuration))
             else:
                 writes.append((shard, "updated", routing.for_update(r.configuration, found)))
+        self.busy += time.perf_counter() - held
 
         async def write(shard: int, verb: str, body: dict[str, Any]) -> str:
             if verb == "created":

@@ -139,6 +139,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # A probe answered from an older configuration counts the newest routes live (Enforcing before routed).
     Mutant("router-older-digest-counts-all-live", "criticalsvc/webhookrouter.py",
            "        live = seen & written\n", "        live = written\n", ROUTER_TESTS),
+    # The pause after a round paced on its length (a second, as a probe's backoff takes): the next CriticalService
+    # waits it out.
+    Mutant("router-paced-on-round-length", "criticalsvc/webhookrouter.py",
+           "await self.sleep(max(MIN_PAUSE, self.busy))", "await self.sleep(max(MIN_PAUSE, 1.0))", ROUTER_TESTS),
     # The routes remembered per CriticalService reused after a label was stored or removed where they look.
     Mutant("router-memo-ignores-labels", "criticalsvc/webhookrouter.py",
            "(known.type is t or known.type == t) and known.stamp == stamp:", "(known.type is t or known.type == t):",
