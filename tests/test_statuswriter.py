@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -494,6 +495,18 @@ def test_the_writer_shows_a_refused_confirmation_until_one_succeeds(cluster):
     assert refused[0] == "CannotConfirm" and "no answer within 2 s" in refused[1]
 
 
+@contextlib.asynccontextmanager
+async def _writing(writer: StatusWriter) -> AsyncIterator[None]:
+    """`writer` leading (its `_lead` loop) for the block; then stopped and its client closed."""
+    leading = asyncio.create_task(writer._lead())
+    try:
+        yield
+    finally:
+        leading.cancel()
+        await asyncio.gather(leading, return_exceptions=True)
+        await writer.api_client.close()
+
+
 def _leading(interval: float, one_pass: Callable[[StatusWriter], Any], drive: Callable[[StatusWriter], Any]) -> None:
     """A leading writer over two CriticalServices whose passes are `one_pass(writer)` (no seed), while `drive(writer)`
     runs beside it; then stopped."""
@@ -507,13 +520,8 @@ def _leading(interval: float, one_pass: Callable[[StatusWriter], Any], drive: Ca
     writer.seed = seeded  # type: ignore[method-assign]
 
     async def lead() -> None:
-        leading = asyncio.create_task(writer._lead())
-        try:
+        async with _writing(writer):
             await drive(writer)
-        finally:
-            leading.cancel()
-            await asyncio.gather(leading, return_exceptions=True)
-            await writer.api_client.close()
 
     asyncio.run(lead())
 
@@ -690,8 +698,7 @@ def test_a_pending_ready_is_shown_at_the_cache_event_that_stores_its_label(pendi
     writer.seed = seeded  # type: ignore[method-assign]
 
     async def scenario() -> float | None:
-        leading = asyncio.create_task(writer._lead())
-        try:
+        async with _writing(writer):
             while not passes:
                 await asyncio.sleep(0.005)
             await asyncio.sleep(0.2)  # the writer waits now
@@ -701,10 +708,6 @@ def test_a_pending_ready_is_shown_at_the_cache_event_that_stores_its_label(pendi
             while len(passes) < 2 and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
             return passes[1] - stored if len(passes) > 1 else None
-        finally:
-            leading.cancel()
-            await asyncio.gather(leading, return_exceptions=True)
-            await writer.api_client.close()
 
     took = asyncio.run(scenario())
     if pending:
@@ -760,8 +763,7 @@ def test_a_new_critical_service_is_written_during_the_pause_after_a_whole_pass(p
     writer.seed = seeded  # type: ignore[method-assign]
 
     async def scenario() -> float:
-        leading = asyncio.create_task(writer._lead())
-        try:
+        async with _writing(writer):
             while not whole_passes:
                 await asyncio.sleep(0.001)
             assert writer.busy >= 0.2, writer.busy  # the pause after it: twice that
@@ -775,10 +777,6 @@ def test_a_new_critical_service_is_written_during_the_pause_after_a_whole_pass(p
             while "new" not in computed and time.monotonic() < created + 5:
                 await asyncio.sleep(0.001)
             return computed.get("new", math.inf) - created
-        finally:
-            leading.cancel()
-            await asyncio.gather(leading, return_exceptions=True)
-            await writer.api_client.close()
 
     took = asyncio.run(scenario())
     if pending_passes:
