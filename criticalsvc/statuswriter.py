@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -55,6 +56,10 @@ LOOP_SLICE = 0.002
 # state source counts them), the provider routes and every replay fact. FULL_PASS_EVERY bounds what a missed
 # input could cost: a pass runs at least this often all the same.
 FULL_PASS_EVERY = 60.0
+# ... but not all at once: each status is computed again between half that and that after it last was (by a hash
+# of its name), so at 10,000 the 2-7 s of recomputing every status is spread over the passes of a minute instead of
+# holding up, once a minute, the new CriticalServices' Ready behind it (issue 34: CREATE -> Enforcing). An idle
+# writer passes at least every half of it, so a status is recomputed within 1.5 x FULL_PASS_EVERY at most.
 # A denial pokes the writer so that status shows it at once; in a teardown that is a pass after every denial,
 # back to back (14 % of a replica's CPU in the 50-stack teardown, py-spy). At most one pass a second then.
 MIN_PASS_INTERVAL = 1.0
@@ -75,10 +80,16 @@ EVENT_BATCH_PAUSE = 1.0
 
 def _pending(status: Mapping[str, Any] | None) -> bool:
     """Is this written status (None: none yet) waiting for a label to be stored or a route to be seen live?"""
+    ready, reason = _ready(status)
+    return not ready or (ready != "True" and reason in PENDING_REASONS)
+
+
+def _ready(status: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(status, reason) of a written status' Ready condition; ("", "") when it has none."""
     for c in (status or {}).get("conditions") or ():
         if isinstance(c, Mapping) and c.get("type") == "Ready":
-            return c.get("status") != "True" and c.get("reason") in PENDING_REASONS
-    return True
+            return str(c.get("status") or ""), str(c.get("reason") or "")
+    return "", ""
 
 
 def _readable(state: ClusterState, gr: GroupResource) -> str | None:
@@ -142,7 +153,8 @@ class StatusWriter:
         self.busy = 0.0  # seconds of the event loop the last pass held (its computing, not its awaiting)
         self._last_inputs: Any = None
         self._last_pass = -math.inf  # time.monotonic() of the last pass that ran
-        self._last_full = -math.inf  # ... and of the last that computed every status
+        self._computed: dict[tuple[str, str], float] = {}  # time.monotonic() each status was last computed
+        self._refresh: dict[str, float] = {}  # _refresh_after by name
         self._keys: dict[tuple[str, str], Any] = {}  # per CriticalService, what its status written was computed from
         self._needs: dict[tuple[str, str], Any] = {}  # ... and the routes its Ready needs live, with their inputs
 
@@ -171,16 +183,13 @@ class StatusWriter:
         if pending_only:
             services = [cs for cs in services if (cs.name, cs.uid) in self._pending_keys
                         or (cs.name, cs.uid) not in self._written]
-            inputs, full = None, False
+            inputs = None
         else:
             inputs = self._inputs(services, state)
             if (inputs is not None and inputs == self._last_inputs
-                    and time.monotonic() - self._last_pass < self.full_pass_every):
+                    and time.monotonic() - self._last_pass < self.full_pass_every / 2):
                 self.skipped += 1
                 return 0
-            full = time.monotonic() - self._last_full >= self.full_pass_every
-            if full:
-                self._last_full = time.monotonic()
             self._last_pass = time.monotonic()
             for gone in self._written.keys() - {(cs.name, cs.uid) for cs in services}:
                 del self._written[gone]
@@ -204,6 +213,10 @@ class StatusWriter:
                 log.warning("status write failed", critical_service=cs.name, error=str(exc))
                 return False
             else:
+                was, now = _ready(self._written.get((cs.name, cs.uid))), _ready(status)
+                if was != now:  # what `kubectl wait --for=condition=Ready` waits for, when the API server has it
+                    log.info("Ready changed", critical_service=cs.name, status=now[0], reason=now[1],
+                             was=was[1] or None)
                 self._written[cs.name, cs.uid] = status
                 self._keys[cs.name, cs.uid] = key
                 return True
@@ -225,10 +238,13 @@ class StatusWriter:
             # (CannotVerify), where skipping it left the last status written standing, "may go" included, while
             # the webhook refused the provider's DELETE as unverifiable.
             key = keys[cs.name, cs.uid] = self._key(cs, state, readable)
-            if not full and key is not None and self._keys.get((cs.name, cs.uid)) == key \
+            now = time.monotonic()
+            fresh = now - self._computed.get((cs.name, cs.uid), -math.inf) < self._refresh_after(cs.name)
+            if fresh and key is not None and self._keys.get((cs.name, cs.uid)) == key \
                     and (cs.name, cs.uid) in self._written:
                 self._keys[cs.name, cs.uid] = key  # the objects of now: the next pass compares them by identity first
                 continue
+            self._computed[cs.name, cs.uid] = now
             status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)),
                                     routing=self.router.facts if self.router is not None else UNMANAGED,
                                     refused_confirmation=self._refused(cs, state),
@@ -262,6 +278,10 @@ class StatusWriter:
         self._pending_keys &= set(keys)
         self._pending = bool(self._pending_keys)
         self._keys = {k: v for k, v in self._keys.items() if k in keys}
+        self._computed = {k: v for k, v in self._computed.items() if k in keys}
+        if len(self._refresh) > 2 * len(keys):  # names of CriticalServices gone
+            present = {name for name, _uid in keys}
+            self._refresh = {name: v for name, v in self._refresh.items() if name in present}
         self._needs = {k: v for k, v in self._needs.items() if k in keys}
         # Taken before the pass: a change during it makes the next pass run. A failed write must be retried.
         self._last_inputs = None if failed else inputs
@@ -289,7 +309,7 @@ class StatusWriter:
         """What cs's status is computed from, as one comparable value; None when it cannot be told. The types it
         reads (its provider's and criteria's, namespaces, CRDs: the labels and Stuck read those) by their counts of
         writes and whether they can be read now; its routes as the router sees them; the other facts as passed to
-        compute_status. A pass at least every full_pass_every recomputes every status all the same."""
+        compute_status. Each status is computed again all the same after _refresh_after."""
         try:
             provider_type = state.resolve(cs.provider.group_resource)
             named = tuple(state.resolve(criteria.named_resource(c)) for c in cs.criteria)
@@ -333,6 +353,15 @@ class StatusWriter:
                  router_needs, facts.error,
                  tuple(sorted(str(r) for r in router_needs or () if r in facts.broad)) if facts.broad else ())
         return base, route
+
+    def _refresh_after(self, name: str) -> float:
+        """How long a status computed stands before it is computed again all the same (FULL_PASS_EVERY): between half
+        of it and all of it, by a hash of the name (blake2b: crc32's low bits cluster for names like pop-1, pop-2)."""
+        found = self._refresh.get(name)
+        if found is None:
+            spread = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=2).digest(), "big") / 65536
+            found = self._refresh[name] = self.full_pass_every * (0.5 + spread / 2)
+        return found
 
     def _refused(self, cs: Any, state: ClusterState) -> str | None:
         """Why the last confirmation of a DELETE of cs's (named) provider failed, if it did lately."""

@@ -125,7 +125,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # An event during a labelling round is not lost: without the count compared, the next round waits for IDLE.
     # What a CriticalService protects kept after its provider (or a member) appeared: never labelled.
     Mutant("labeller-memo-ignores-writes", "criticalsvc/labeller.py",
-           "stamp is not None and known[1] == stamp and", "stamp is not None and", ("tests/test_protection_labels.py",)),
+           "stamp is not None and known[1] == stamp and", "stamp is not None and",
+           ("tests/test_protection_labels.py",)),
     Mutant("labeller-event-during-round-lost", "criticalsvc/labeller.py",
            'isinstance(seen, int) and getattr(self.source, "changes", None) != seen:', "False:",
            ("tests/test_protection_labels.py",)),

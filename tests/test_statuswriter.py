@@ -783,3 +783,44 @@ def test_a_new_critical_service_is_written_during_the_pause_after_a_whole_pass(p
         assert took < 0.1, took
     else:
         assert took >= 0.35, took  # the pause (0.4 s), then the whole pass that reaches it
+
+
+def test_statuses_are_computed_again_all_the_same_spread_over_the_minute(monkeypatch):
+    """What a missed input could cost is bounded by computing each status again after FULL_PASS_EVERY all the same,
+    but not all in one pass (at 10,000 that pass took 2-7 s, and new CriticalServices' Ready waited behind it): 45 s
+    after they were computed some statuses are computed again and others not yet; after 60 s every one is."""
+    import criticalsvc.statuswriter as statuswriter
+
+    state = _many_services(20)
+    source = CountingSource(state)
+    real = statuswriter.compute_status
+    computed: list[str] = []
+
+    def counting(cs: Any, *args: Any, **kwargs: Any) -> Any:
+        computed.append(cs.name)
+        return real(cs, *args, **kwargs)
+
+    monkeypatch.setattr(statuswriter, "compute_status", counting)
+
+    async def scenario() -> tuple[set[str], set[str]]:
+        writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:9")),
+                              source=source, identity="a", full_pass_every=60.0)
+        for cs in state.critical_services():
+            writer._written[cs.name, cs.uid] = real(cs, state, now=time.time(), routing=statuswriter.UNMANAGED)
+        try:
+            await writer.sync_once()  # computes every status (none was computed by this writer)
+            ages = []
+            for age in (45.0, 60.0):
+                writer._computed = {k: time.monotonic() - age for k in writer._computed}
+                computed.clear()
+                source.changes += 1  # something changed that no status reads: only the age recomputes
+                await writer.sync_once()
+                ages.append(set(computed))
+            return ages[0], ages[1]
+        finally:
+            await writer.api_client.close()
+
+    at_45, at_60 = asyncio.run(scenario())
+    every = {cs.name for cs in state.critical_services()}
+    assert set() < at_45 < every, at_45
+    assert at_60 == every
