@@ -466,49 +466,40 @@ class StatusWriter:
         """Wait for the next pass: a poke after pause_until, a soon poke or (while a Ready is pending) a cache
         event at once, and interval_until at the latest."""
         loop = asyncio.get_running_loop()
-        wait_event = getattr(self.source, "wait_event", None)
         while True:
             now = loop.time()
             if self._soon.is_set() or now >= interval_until or (self._wake.is_set() and now >= pause_until):
                 return
             timeout = min(interval_until, pause_until if self._wake.is_set() else interval_until) - now
-            waits = [asyncio.ensure_future(self._soon.wait())]
-            if not self._wake.is_set():
-                waits.append(asyncio.ensure_future(self._wake.wait()))
-            event = asyncio.ensure_future(wait_event(timeout)) \
-                if callable(wait_event) and self._pending else None
-            if event is not None:
-                waits.append(event)
-            try:
-                await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
-            if event is not None and event.done() and not event.cancelled() and event.result():
+            if await self._wait([self._soon] if self._wake.is_set() else [self._soon, self._wake], timeout):
                 return  # a cache event while a Ready is pending: it may be the label stored
 
     async def _pending_passes(self, until: float) -> None:
         """Pause until `until`; meanwhile a soon poke, or a cache event while a Ready is pending, runs sync_pending,
         each paced (as a whole pass is) on the loop time it held."""
         loop = asyncio.get_running_loop()
-        wait_event = getattr(self.source, "wait_event", None)
         while (now := loop.time()) < until:
-            waits = [asyncio.ensure_future(self._soon_pending.wait())]
-            event = asyncio.ensure_future(wait_event(until - now)) \
-                if callable(wait_event) and self._pending else None
-            if event is not None:
-                waits.append(event)
-            try:
-                await asyncio.wait(waits, timeout=until - now, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
-            stored = event is not None and event.done() and not event.cancelled() and event.result()
+            stored = await self._wait([self._soon_pending], until - now)
             if not (self._soon_pending.is_set() or stored):
                 continue
             self._soon_pending.clear()
             await self.sync_pending()
             await asyncio.sleep(max(SOON_PAUSE, 2 * self.busy))
+
+    async def _wait(self, events: list[asyncio.Event], timeout: float) -> bool:
+        """Wait up to `timeout` for one of `events`, or (while a Ready is pending) a cache event: whether that came."""
+        wait_event = getattr(self.source, "wait_event", None)
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
+        event = asyncio.ensure_future(wait_event(timeout)) \
+            if callable(wait_event) and self._pending else None
+        if event is not None:
+            waits.append(event)
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        return bool(event is not None and event.done() and not event.cancelled() and event.result())
 
     def poke_soon(self) -> None:
         """The routes or the labels changed: a Ready may turn, so the next pass runs without the denials' pause (and,

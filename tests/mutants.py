@@ -107,8 +107,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ROUTER_TESTS),
     # Issue 34: a pending Ready follows the cache event that stores its label; without it, the next interval.
     Mutant("status-pending-waits-for-interval", "criticalsvc/statuswriter.py",
-           "wait_event(timeout)) \\\n                if callable(wait_event) and self._pending else None",
-           "wait_event(timeout)) \\\n                if False else None",
+           "wait_event(timeout)) \\\n            if callable(wait_event) and self._pending else None",
+           "wait_event(timeout)) \\\n            if False else None",
            ("tests/test_statuswriter.py",)),
     # ... and a status pass computes only the statuses whose inputs changed; computing none misses the label stored.
     Mutant("status-key-ignores-writes", "criticalsvc/statuswriter.py",
