@@ -91,7 +91,8 @@ def render_offline(services: list[dict[str, Any]], shipped: dict[str, Any]) -> d
     REST mapper's defaults), with what goes broad and why; no cluster."""
     from criticalsvc.api import parse_critical_service
     from criticalsvc.restmapper import RESTMapper
-    from criticalsvc.routing import desired, render_all
+    from criticalsvc.routing import desired
+    from criticalsvc.webhookconfigurations import render_all
 
     shipped = {**shipped, "metadata": {"uid": "00000000-0000-4000-8000-000000000000", **shipped["metadata"]}}
     wanted = desired([parse_critical_service(s) for s in services], RESTMapper().lookup)

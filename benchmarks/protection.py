@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from criticalsvc import protectionlabels, routing
+from criticalsvc import webhookconfigurations as configs
 from criticalsvc.api import (
     LABEL_VALUE,
     PROTECTED_LABEL,
@@ -117,9 +118,9 @@ def measure(count: int) -> dict[str, Any]:
     out |= {"status_s": round(status_s, 5), "ready": ready["reason"]}
     absent = MemoryState(RESTMapper())
     for label, world, carried in (("absent", absent, None), ("labelled", state, True)):
-        def render(world: MemoryState = world, carried: bool | None = carried) -> list[routing.Rendered]:
+        def render(world: MemoryState = world, carried: bool | None = carried) -> list[configs.Rendered]:
             check = (lambda ref, keys: protectionlabels.carries(world.get(ref), keys)) if carried else None
-            return routing.render_all(routing.desired(services, world.mapper.lookup, check), SHIPPED,
+            return configs.render_all(routing.desired(services, world.mapper.lookup, check), SHIPPED,
                                       probe_namespace="criticalsvc-system")
         seconds, rendered = _median(render)
         sizes = [len(json.dumps(r.configuration)) for r in rendered]

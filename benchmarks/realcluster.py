@@ -417,7 +417,7 @@ class Modes:
 
 def _gate_configurations(client: Any) -> list[dict[str, Any]]:
     """`criticalsvc`, then every shard of criticalsvc-providers the router has written, as stored now."""
-    from criticalsvc.routing import CONFIGURATION_NAMES
+    from criticalsvc.webhookconfigurations import CONFIGURATION_NAMES
 
     saved = [client.get(f"{WEBHOOKS}/{name}") for name in ("criticalsvc", *CONFIGURATION_NAMES)]
     assert saved[0] is not None, "criticalsvc"

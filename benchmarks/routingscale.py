@@ -99,7 +99,7 @@ def time_to_enforcing(cluster: Any, services: list[dict[str, Any]], *, timeout: 
 
 def live_size(cluster: Any) -> dict[str, Any]:
     """population.rendered_size of every shard of criticalsvc-providers as stored now."""
-    from criticalsvc.routing import CONFIGURATION_NAMES
+    from criticalsvc.webhookconfigurations import CONFIGURATION_NAMES
 
     bodies = []
     for name in CONFIGURATION_NAMES:

@@ -62,8 +62,9 @@ from .decision import WARNING_LIMIT, Decision, Rule, decide, deny
 from .errors import InvalidSpec, MalformedReview, StateUnavailable
 from .logs import get_logger
 from .metrics import REJECT_MALFORMED, REJECT_NOT_READY, REJECT_TOO_LARGE, Metrics
-from .routing import PROBE_PATH, probe_answer
+from .routing import PROBE_PATH
 from .state import ClusterState, MemoryState
+from .webhookconfigurations import probe_answer
 
 # ALLOWs no CriticalService had a say in: the webhook's rules send it every Deployment (and
 # StatefulSet, DaemonSet) DELETE of the cluster, and almost all of those are not providers. They are

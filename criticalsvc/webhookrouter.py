@@ -1,4 +1,4 @@
-"""Keeps the gate's own webhook configurations `criticalsvc-providers` (and its shards `-1` .. `-7`, routing.SHARDS)
+"""Keeps the gate's own webhook configurations `criticalsvc-providers` (and its shards `-1` .. `-7`, configs.SHARDS)
 current and live: the I/O around routing.py.
 
 Only the leader writes (the status writer's Lease: `run(lambda: writer.leading)`, as the replayer). Every
@@ -9,13 +9,13 @@ have changed (a renewed certificate, cert-manager's CA injection).
 
 A sync GETs the owned shards whose routes changed (every shard at a resync) and the shipped configuration
 (`--webhook-configuration`, default criticalsvc), renders each from its routes and the shipped one's settings,
-and writes only those that differ (routing.same_configuration): a POST when it does not exist yet (and some
+and writes only those that differ (configs.same_configuration): a POST when it does not exist yet (and some
 route is needed), else a PUT carrying the resourceVersion it read, so a concurrent writer makes it fail with
 409 Conflict and the next round reads again. Shard 0 is written after the others (sync says why). The
 shipped configuration is only read, never written: what the user applies stays exactly as applied (no drift
 for a GitOps tool).
 
-Then it probes each shard written: a dry-run CREATE of its routing.probe_configmap in the gate's namespace,
+Then it probes each shard written: a dry-run CREATE of its configs.probe_configmap in the gate's namespace,
 which only that configuration's probe webhook matches; the gate answers it with a denial naming the digest in
 the path it was called on (criticalsvc/server.py). The digest of the shard just written coming back means the
 API server routes all of it: its routes become `live`, and the CriticalServices they cover Enforcing. Until
@@ -38,6 +38,7 @@ from typing import Any
 import attrs
 
 from . import protectionlabels, routing
+from . import webhookconfigurations as configs
 from .api import CRDS, CRITICAL_SERVICES, NAMESPACES, CriticalService, GroupResource
 from .cache.transport import APIError, APIStatusError, Sender
 from .errors import StateUnavailable
@@ -86,7 +87,7 @@ class WebhookRouter:
         self.facts = routing.Routing(managed=True)
         self.syncs = 0
         self.probes = 0
-        # Per shard (routing.SHARDS configurations): the routes last synced (None: sync every shard at the next
+        # Per shard (configs.SHARDS configurations): the routes last synced (None: sync every shard at the next
         # round), (digest, routes) stored now, the routes seen live, the routes sent broadly, the probe digest as
         # last read.
         self._synced: tuple[frozenset[routing.Route], ...] | None = None
@@ -214,7 +215,7 @@ class WebhookRouter:
 
     def _parts(self, wanted: routing.Desired) -> tuple[frozenset[routing.Route], ...]:
         if self._parted is None or self._parted[0] is not wanted:
-            self._parted = (wanted, routing.partition(wanted.routes))
+            self._parted = (wanted, configs.partition(wanted.routes))
         return self._parted[1]
 
     async def round(self) -> None:
@@ -245,7 +246,7 @@ class WebhookRouter:
         parts = self._parts(wanted)
         started = self.clock()  # the next RESYNC counts from the reads, not from the end of the writes and probes
         resync = self._synced is None or started >= self._next_sync
-        due = [i for i in range(routing.SHARDS) if resync or parts[i] != self._synced[i]]  # type: ignore[index]
+        due = [i for i in range(configs.SHARDS) if resync or parts[i] != self._synced[i]]  # type: ignore[index]
         try:
             outcome, rendered = await self._write(wanted, parts, due)
         except APIError as exc:
@@ -274,7 +275,7 @@ class WebhookRouter:
             self._broad[r.shard] = r.broad
             # Narrowing is immediate; widening waits for the probe.
             self._live[r.shard] = self._live.get(r.shard, frozenset()) & parts[r.shard]
-        while len(self._rendered) > REMEMBERED * routing.SHARDS:
+        while len(self._rendered) > REMEMBERED * configs.SHARDS:
             self._rendered.pop(next(iter(self._rendered)))
         if not self._written:  # nothing needed and nothing stored: nothing to route, nothing to probe
             self._set_facts(routing.Routing(managed=True, needs=dict(wanted.needs), labelled=self.facts.labelled))
@@ -282,7 +283,7 @@ class WebhookRouter:
         if outcome != "unchanged":
             log.info("provider routes written", configuration=routing.PROVIDERS_CONFIGURATION, outcome=outcome,
                      shards=sorted(r.shard for r in rendered if r.digest != self._stored_digest.get(r.shard)),
-                     digests={routing.configuration_name(r.shard): r.digest for r in rendered},
+                     digests={configs.configuration_name(r.shard): r.digest for r in rendered},
                      routes=len(wanted.routes))
         broad: dict[routing.Route, str] = {}
         for shard in self._written:
@@ -301,13 +302,13 @@ class WebhookRouter:
         return frozenset().union(*self._live.values())
 
     async def _write(self, wanted: routing.Desired, parts: tuple[frozenset[routing.Route], ...],
-                     due: list[int]) -> tuple[str, list[routing.Rendered]]:
+                     due: list[int]) -> tuple[str, list[configs.Rendered]]:
         """Read the `due` shards and the shipped configuration, write the shards that differ (shard 0 last):
         ("created" | "updated" | "unchanged", each due shard rendered, stored now or found so)."""
 
         async def read(shard: int) -> Mapping[str, Any] | None:
             try:
-                return await self.transport.get(f"{CONFIGURATIONS}/{routing.configuration_name(shard)}",
+                return await self.transport.get(f"{CONFIGURATIONS}/{configs.configuration_name(shard)}",
                                                  timeout=REQUEST_TIMEOUT)
             except APIStatusError as exc:
                 if not exc.not_found:
@@ -317,7 +318,7 @@ class WebhookRouter:
         stored = dict(zip(due, await asyncio.gather(*(read(i) for i in due)), strict=True))
         for shard, found in stored.items():
             # Someone else's edit (or a deletion) makes what was seen live unknown: it is probed again.
-            self._stored_digest[shard] = routing.probe_digest(found)
+            self._stored_digest[shard] = configs.probe_digest(found)
             written = self._written.get(shard)
             if written is None or self._stored_digest[shard] != written[0]:
                 if self._live.pop(shard, None):
@@ -339,7 +340,7 @@ class WebhookRouter:
             # Either way the routes change at the next round: narrower once the labels are routed, wider (every
             # name again) when an older shipped configuration was applied back.
             self._set_facts(attrs.evolve(self.facts, labelled=not self.facts.labelled))
-        rendered: list[routing.Rendered] = []
+        rendered: list[configs.Rendered] = []
         writes: list[tuple[int, str, dict[str, Any]]] = []
         held = time.perf_counter()
         for shard in due:
@@ -347,24 +348,24 @@ class WebhookRouter:
                 self._written.pop(shard, None)
                 continue  # created only once some route is needed (routing.py)
             try:
-                r = routing.render(parts[shard], wanted.types, shipped, probe_namespace=self.namespace, shard=shard)
+                r = configs.render(parts[shard], wanted.types, shipped, probe_namespace=self.namespace, shard=shard)
             except ValueError as exc:
                 raise APIError(str(exc)) from exc
             rendered.append(r)
-            if routing.same_configuration(stored[shard], r.configuration):
+            if configs.same_configuration(stored[shard], r.configuration):
                 continue
             found = stored[shard]
             if found is None:
                 writes.append((shard, "created", r.configuration))
             else:
-                writes.append((shard, "updated", routing.for_update(r.configuration, found)))
+                writes.append((shard, "updated", configs.for_update(r.configuration, found)))
         self.busy += time.perf_counter() - held
 
         async def write(shard: int, verb: str, body: dict[str, Any]) -> str:
             if verb == "created":
                 await self.transport.send("POST", CONFIGURATIONS, body, timeout=REQUEST_TIMEOUT)
             else:
-                await self.transport.send("PUT", f"{CONFIGURATIONS}/{routing.configuration_name(shard)}", body,
+                await self.transport.send("PUT", f"{CONFIGURATIONS}/{configs.configuration_name(shard)}", body,
                                           timeout=REQUEST_TIMEOUT)
             return verb
 
@@ -395,13 +396,13 @@ class WebhookRouter:
         if current is None:
             return False
         self.probes += 1
-        configmap = routing.probe_configmap(shard)
+        configmap = configs.probe_configmap(shard)
         body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": configmap, "namespace": self.namespace}}
         try:
             await self.transport.send("POST", f"/api/v1/namespaces/{self.namespace}/configmaps", body,
                                       params=[("dryRun", "All")], timeout=REQUEST_TIMEOUT)
         except APIStatusError as exc:
-            digest = routing.digest_in(exc.message)
+            digest = configs.digest_in(exc.message)
             if digest is None:
                 self.metrics.routing_probes.labels("failed").inc()
                 # One message for every shard's probe (one Event for one cause): their ConfigMaps share a prefix.
@@ -424,7 +425,7 @@ class WebhookRouter:
         live = seen & written
         if live != self._live.get(shard, frozenset()) or self.facts.error:
             self._live[shard] = live
-            log.info("provider routes live", configuration=routing.configuration_name(shard), digest=digest,
+            log.info("provider routes live", configuration=configs.configuration_name(shard), digest=digest,
                      current=digest == current[0], routes=len(live))
             self._set_facts(attrs.evolve(self.facts, live=self._all_live(), error=None))
         return digest == current[0]

@@ -38,9 +38,9 @@ WEBHOOK_CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/validatingwebhoo
 
 
 def gate_configurations(admin: Any) -> list[dict[str, Any]]:
-    """The gate's own configurations as stored now (criticalsvc-providers and its shards, routing.CONFIGURATION_NAMES),
+    """The gate's own configurations as stored now (criticalsvc-providers and its shards, CONFIGURATION_NAMES),
     read in one LIST."""
-    from criticalsvc.routing import CONFIGURATION_NAMES
+    from criticalsvc.webhookconfigurations import CONFIGURATION_NAMES
 
     listed = admin.get(WEBHOOK_CONFIGURATIONS) or {}
     return [c for c in listed.get("items") or [] if c["metadata"]["name"] in CONFIGURATION_NAMES]

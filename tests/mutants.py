@@ -115,11 +115,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "                readable[gr] = (writes(gr, None), _readable(state, gr))\n",
            "                readable[gr] = (0, _readable(state, gr))\n", ("tests/test_statuswriter.py",)),
     # A shard's namespaceSelector names every namespace its routes are in: one left out, its routes route nothing.
-    Mutant("route-namespace-selector-short", "criticalsvc/routing.py",
+    Mutant("route-namespace-selector-short", "criticalsvc/webhookconfigurations.py",
            'else sorted(n for n in namespaces if n)\n', 'else sorted(n for n in namespaces if n)[:1]\n',
            ("tests/test_routing.py",)),
     # One-key selectors are one list lookup per key, by namespace/value: a wrong namespace there routes nothing.
-    Mutant("route-one-key-selector-namespace", "criticalsvc/routing.py",
+    Mutant("route-one-key-selector-namespace", "criticalsvc/webhookconfigurations.py",
            'scoped.update(f"{r.namespace}/{v}" for v in requirement.values)',
            'scoped.update(f"{v}/{v}" for v in requirement.values)', ("tests/test_routing.py",)),
     # An event during a labelling round is not lost: without the count compared, the next round waits for IDLE.

@@ -438,7 +438,8 @@ def test_the_namespaced_roles_live_in_the_gate_namespace(base: list[Obj]) -> Non
 def test_the_webhook_router_writes_only_its_own_configuration(base: list[Obj]) -> None:
     """get on the shipped configuration and the owned ones, update/patch on the owned ones only, create
     unrestricted (RBAC cannot limit it by name), no delete and no list/watch."""
-    from criticalsvc.routing import CONFIGURATION_NAMES, SHIPPED_CONFIGURATION
+    from criticalsvc.routing import SHIPPED_CONFIGURATION
+    from criticalsvc.webhookconfigurations import CONFIGURATION_NAMES
 
     grants: dict[str, set[str] | None] = {}
     for _role, rule in rules(base):

@@ -34,13 +34,8 @@ from typing import Any
 import pytest
 
 from criticalsvc.api import PROTECTED_LABEL
-from criticalsvc.routing import (
-    LABELLED_UPDATES_WEBHOOK,
-    LABELS_WEBHOOK,
-    SHIPPED_CONFIGURATION,
-    configuration_name,
-    shard_in,
-)
+from criticalsvc.routing import LABELLED_UPDATES_WEBHOOK, LABELS_WEBHOOK, SHIPPED_CONFIGURATION
+from criticalsvc.webhookconfigurations import configuration_name, shard_in
 from tests.backends import deployment_manifest, unique
 from tests.realcluster.client import Client
 from tests.realcluster.cluster import RealCluster, built_binaries, real_cluster

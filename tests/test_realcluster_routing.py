@@ -24,14 +24,8 @@ from typing import Any
 import pytest
 
 from criticalsvc.api import PROTECTED_LABEL
-from criticalsvc.routing import (
-    DELETE_WEBHOOK,
-    LABELS_WEBHOOK,
-    NAMESPACE_NAME_LABEL,
-    SHIPPED_CONFIGURATION,
-    configuration_name,
-    shard_in,
-)
+from criticalsvc.routing import DELETE_WEBHOOK, LABELS_WEBHOOK, SHIPPED_CONFIGURATION
+from criticalsvc.webhookconfigurations import NAMESPACE_NAME_LABEL, configuration_name, shard_in
 from tests.backends import deployment_manifest, unique, widget_crd
 from tests.realcluster.cluster import RealCluster
 from tests.realcluster.teardown import wait_for

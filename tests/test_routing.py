@@ -54,25 +54,13 @@ from criticalsvc.routing import (
     PROBE_CONFIGMAP,
     PROBE_WEBHOOK,
     PROVIDERS_CONFIGURATION,
-    SHARDS,
     Desired,
-    Rendered,
     Route,
     Routing,
     call_of,
-    configuration_name,
     covers,
     desired,
-    digest_in,
-    for_update,
-    probe_answer,
-    probe_configmap,
-    probe_digest,
-    render,
-    render_all,
     route_key,
-    same_configuration,
-    shard_of,
 )
 from criticalsvc.sim import matchconditions
 from criticalsvc.sim.webhook_client import webhooks_from_configuration
@@ -80,6 +68,20 @@ from criticalsvc.sim.webhooks import ProviderRoutesRule
 from criticalsvc.snapshot import build_state
 from criticalsvc.state import MemoryState
 from criticalsvc.status import compute_status
+from criticalsvc.webhookconfigurations import (
+    SHARDS,
+    Rendered,
+    configuration_name,
+    digest_in,
+    for_update,
+    probe_answer,
+    probe_configmap,
+    probe_digest,
+    render,
+    render_all,
+    same_configuration,
+    shard_of,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGMAPS = GroupResource("", "configmaps")

@@ -9,7 +9,7 @@ on every API server").
   API server, and Enforcing while that API server holds no route at all.
 * Negative controls: Ready claimed before the label is stored (status reading no label as missing) is found as a
   DELETE admitted through the lagging API server; with no gate, both properties fail.
-* The simulator's routes leave what carries the label to the shipped protected.gate, as routing.render's
+* The simulator's routes leave what carries the label to the shipped protected.gate, as webhookconfigurations.render's
   objectSelector does, and match a DELETE by its oldObject as kube-apiserver's object matcher does; the explorer's
   teardowns start labelled, as the leader leaves a cluster once Ready says Enforcing.
 """
@@ -128,7 +128,7 @@ def test_the_enforcement_bound_is_what_it_says():
 ])
 def test_a_written_route_leaves_labelled_objects_to_the_shipped_webhooks(labels: dict[str, str], routed: bool):
     """A DELETE (object null, oldObject stored) matches the written route by name only while the stored object
-    carries neither label, as routing.render's objectSelector and the object matcher decide."""
+    carries neither label, as webhookconfigurations.render's objectSelector and the object matcher decide."""
     rule = WrittenRoutesRule(frozenset({Route("DELETE", DEPLOYMENTS, namespace="a", name="d")}))
     stored: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment",
                               "metadata": {"name": "d", "namespace": "a", "labels": labels}}

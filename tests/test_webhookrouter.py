@@ -31,6 +31,7 @@ from kubefakes import FakeAPI, eventually
 from test_routing import ROOT, WIDGET, WIDGETS
 
 from criticalsvc import protectionlabels, routing, webhookrouter
+from criticalsvc import webhookconfigurations as configs
 from criticalsvc.api import LABEL_VALUE, PROTECTED_LABEL, UPDATES_HELD_LABEL, GroupResource, parse_critical_service
 from criticalsvc.cache.transport import APIStatusError, TransportError
 from criticalsvc.objects import KubeObject
@@ -66,19 +67,19 @@ class RoutingAPI(FakeAPI):
             self.requests.append((verb, path, payload))
             self._fault(verb, path)
             # Only the probe webhook of the shard whose probe ConfigMap this is matches it.
-            shard = [routing.probe_configmap(i) for i in range(routing.SHARDS)].index(payload["metadata"]["name"])
-            digest = routing.probe_digest(self.objects.get(SHARD_PATHS[shard]))
+            shard = [configs.probe_configmap(i) for i in range(configs.SHARDS)].index(payload["metadata"]["name"])
+            digest = configs.probe_digest(self.objects.get(SHARD_PATHS[shard]))
             if digest is None or self._behind.get(shard, 0) > 0:
                 self._behind[shard] = self._behind.get(shard, 0) - 1
                 return payload
             raise APIStatusError(403, "Forbidden", f'admission webhook "{routing.PROBE_WEBHOOK}" denied the '
-                                 f"request: {routing.probe_answer(digest)}")
+                                 f"request: {configs.probe_answer(digest)}")
         return await super().send(verb, path, payload, timeout=timeout, params=params, content_type=content_type)
 
 SHIPPED = f"{CONFIGURATIONS}/{routing.SHIPPED_CONFIGURATION}"
-SHARD_PATHS = [f"{CONFIGURATIONS}/{name}" for name in routing.CONFIGURATION_NAMES]
+SHARD_PATHS = [f"{CONFIGURATIONS}/{name}" for name in configs.CONFIGURATION_NAMES]
 WIDGET_DELETE = routing.Route("DELETE", WIDGETS, None, "p")
-WIDGET_SHARD = routing.shard_of(WIDGET_DELETE)
+WIDGET_SHARD = configs.shard_of(WIDGET_DELETE)
 OWNED = SHARD_PATHS[WIDGET_SHARD]  # the configuration that holds the widget's routes
 OLD_CA, NEW_CA = "b2xkLWNh", "bmV3LWNh"
 
@@ -181,7 +182,7 @@ async def test_routes_are_live_only_once_the_probe_returns_the_digest_written():
     async with leading(router):
         await eventually(lambda: WIDGET_DELETE in router.facts.live, what="the routes live")
     probes = [p["metadata"]["name"] for p in api.sent("POST", PROBE)]
-    assert probes.count(routing.probe_configmap(WIDGET_SHARD)) == 4, probes
+    assert probes.count(configs.probe_configmap(WIDGET_SHARD)) == 4, probes
     assert router.facts.enforced(widget_service()) and events == [] and router.facts.error is None
     assert routing.DELETE_WEBHOOK in routed(api)
 
@@ -236,7 +237,7 @@ async def test_a_conflicting_write_is_read_again_and_written_at_the_next_round_w
     """Someone (an older leader) wrote criticalsvc-providers in between: the PUT gets 409; the next round wins."""
     api = RoutingAPI()
     api.put(SHIPPED, shipped())
-    api.put(OWNED, {**routing.render(frozenset(), {}, api.objects[SHIPPED], probe_namespace="criticalsvc-system",
+    api.put(OWNED, {**configs.render(frozenset(), {}, api.objects[SHIPPED], probe_namespace="criticalsvc-system",
                                      shard=WIDGET_SHARD).configuration})
     api.faults[("PUT", OWNED)] = [APIStatusError(409, "Conflict", "the object has been modified")]
     router, events, _clock = router_over(api, widget_service())
@@ -328,18 +329,18 @@ class StaleRoutingAPI(RoutingAPI):
 
     def put(self, path: str, obj: Any) -> dict[str, Any]:
         if path in SHARD_PATHS:
-            self._older = routing.probe_digest(self.objects.get(path))
+            self._older = configs.probe_digest(self.objects.get(path))
         return super().put(path, obj)
 
     async def send(self, verb: str, path: str, payload: Any = None, *, timeout: float, params: Any = (),
                    content_type: str = "application/json") -> Any:
         shard = WIDGET_SHARD
-        if verb == "POST" and path == PROBE and payload["metadata"]["name"] == routing.probe_configmap(shard) \
+        if verb == "POST" and path == PROBE and payload["metadata"]["name"] == configs.probe_configmap(shard) \
                 and self._behind.get(shard, 0) > 0 and self._older is not None:
             self.requests.append((verb, path, payload))
             self._behind[shard] -= 1
             raise APIStatusError(403, "Forbidden", f'admission webhook "{routing.PROBE_WEBHOOK}" denied the '
-                                 f"request: {routing.probe_answer(self._older)}")
+                                 f"request: {configs.probe_answer(self._older)}")
         return await super().send(verb, path, payload, timeout=timeout, params=params, content_type=content_type)
 
 
@@ -353,7 +354,7 @@ async def test_a_probe_answered_from_an_older_configuration_makes_only_its_route
     first = widget_service()
     # A name whose routes share the first one's configuration (an older version of that object is what lags).
     name = next(n for n in (f"q{i}" for i in range(100))
-                if routing.shard_of(routing.Route("DELETE", WIDGETS, None, n)) == WIDGET_SHARD)
+                if configs.shard_of(routing.Route("DELETE", WIDGETS, None, n)) == WIDGET_SHARD)
     second = parse_critical_service({"metadata": {"name": "w2"}, "spec": {
         "provider": {"group": WIDGETS.group, "resource": WIDGETS.resource, "name": name},
         "criteria": [{"type": "SpecificResource",
@@ -440,9 +441,9 @@ async def test_the_one_configuration_of_earlier_versions_drops_a_route_only_once
     api.put(SHIPPED, shipped())
     router, _events, clock = router_over(api, *services)
     everything = router.desired()
-    needed = {SHARD_PATHS[routing.shard_of(r)] for r in everything.routes} - {SHARD_PATHS[0]}
+    needed = {SHARD_PATHS[configs.shard_of(r)] for r in everything.routes} - {SHARD_PATHS[0]}
     assert len(needed) >= 5
-    api.put(SHARD_PATHS[0], routing.render(everything.routes, everything.types, api.objects[SHIPPED],
+    api.put(SHARD_PATHS[0], configs.render(everything.routes, everything.types, api.objects[SHIPPED],
                                            probe_namespace="criticalsvc-system").configuration)
     api.faults[("POST", CONFIGURATIONS)] = [TransportError("connection refused")]
     async with leading(router):

@@ -35,7 +35,7 @@ from ..api import (
     ObjectRef,
     SpecificResourceCriterion,
 )
-from ..routing import CONFIGURATION_NAMES
+from ..webhookconfigurations import CONFIGURATION_NAMES
 from .finalizers import Candidate, Confidence, best, is_builtin, name_score
 from .inventory import APISERVICES, FinalizerUse, Inventory, Webhook, Workload
 from .rbac import SUPERUSER_PROBE, AccessAnswer, AccessQuestion

@@ -123,8 +123,8 @@ DEFAULT_RULES: tuple[WebhookRule, ...] = (
 
 
 # What criticalsvc-providers' webhooks select once the shipped configuration routes the gate's labels
-# (routing.render): a DELETE of an object carrying criticalsvc.io/protected, and an UPDATE of one, are the shipped
-# protected.gate's and protected-updates.gate's alone.
+# (webhookconfigurations.py): a DELETE of an object carrying criticalsvc.io/protected, and an UPDATE of one, are the
+# shipped protected.gate's and protected-updates.gate's alone.
 NOT_CARRIED_SELECTOR = LabelSelector((Requirement(PROTECTED_LABEL, "DoesNotExist"),))
 NOT_LABELLED_NOR_CARRIED_SELECTOR = LabelSelector((*NOT_DELETION_PROTECTED_SELECTOR.requirements,
                                                    *NOT_CARRIED_SELECTOR.requirements))
@@ -138,7 +138,7 @@ class ProviderRoutesRule:
     gate exactly the requests a cluster whose gate manages routes sends it: a provider's, its namespace's
     and its CRD's DELETEs, its held UPDATEs, and nothing else. The simplest faithful model: the live
     router's lag (a poll, then the probe) is not simulated, so a route exists from the moment its
-    CriticalService is stored. What carries the gate's label goes to the shipped rules alone (routing.render's
+    CriticalService is stored. What carries the gate's label goes to the shipped rules alone (the rendered
     objectSelectors, once the shipped configuration routes the labels), so its route by name, which the live router
     drops once the label is stored, routes nothing here either; in a simulation where nothing labels, every provider
     is routed by name."""
@@ -158,7 +158,7 @@ class ProviderRoutesRule:
 
 @attrs.frozen
 class WrittenRoutesRule:
-    """criticalsvc-providers as one written version of it holds its routes, with the objectSelectors routing.render
+    """criticalsvc-providers as one written version of it holds its routes, with the objectSelectors the rendering
     gives them when the shipped configuration routes the labels: what an API server whose configuration informer
     lags still serves from (design/routing.md, "No window, on every API server"). ProviderRoutesRule is the
     configuration that is always current; the explorer (criticalsvc/verify/enforcement.py) gives each API server
