@@ -177,8 +177,9 @@ class StatusWriter:
         state = self.source.state
         services = sorted(state.critical_services(), key=lambda c: c.name)
         keys: dict[tuple[str, str], Any] = {}
-        # Per pass, what every key shares: each type's count of writes and readability, the labeller's errors.
-        readable: dict[Any, Any] = {"labels": tuple(sorted((str(k), v) for k, v in self.labeller.errors.items()))
+        # Per pass, what every key shares: each type's count of writes and readability, the labeller's errors, and
+        # (worked out once) each provider type's stamps and replay permissions.
+        shared: dict[Any, Any] = {"labels": tuple(sorted((str(k), v) for k, v in self.labeller.errors.items()))
                                     if self.labeller else None}
         if pending_only:
             services = [cs for cs in services if (cs.name, cs.uid) in self._pending_keys
@@ -237,7 +238,7 @@ class StatusWriter:
             # gate cannot read (the key then says so, or is None): the status then says Blocking Unknown
             # (CannotVerify), where skipping it left the last status written standing, "may go" included, while
             # the webhook refused the provider's DELETE as unverifiable.
-            key = keys[cs.name, cs.uid] = self._key(cs, state, readable)
+            key = keys[cs.name, cs.uid] = self._key(cs, state, shared)
             now = time.monotonic()
             fresh = now - self._computed.get((cs.name, cs.uid), -math.inf) < self._refresh_after(cs.name)
             if fresh and key is not None and self._keys.get((cs.name, cs.uid)) == key \
@@ -248,7 +249,7 @@ class StatusWriter:
             status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)),
                                     routing=self.router.facts if self.router is not None else UNMANAGED,
                                     refused_confirmation=self._refused(cs, state),
-                                    **self._replay_facts(cs, state, readable),
+                                    **self._replay_facts(cs, state, shared),
                                     lookup=getattr(getattr(self.router, "mapper", None), "lookup", None),
                                     label_errors=self.labeller.errors if self.labeller is not None else None,
                                     served=self.coverage.served(cs) if self.coverage is not None else None,
@@ -305,7 +306,7 @@ class StatusWriter:
         coverage = getattr(self.coverage, "changes", None)
         return (changes, routing, refused, labels, [(cs.name, cs.uid) for cs in services], replay, coverage)
 
-    def _key(self, cs: CriticalService, state: ClusterState, readable: dict[Any, Any]) -> Any:
+    def _key(self, cs: CriticalService, state: ClusterState, shared: dict[Any, Any]) -> Any:
         """What cs's status is computed from, as one comparable value; None when it cannot be told. The types it
         reads (its provider's and criteria's, namespaces, CRDs: the labels and Stuck read those) by their counts of
         writes and whether they can be read now; its routes as the router sees them; the other facts as passed to
@@ -319,19 +320,19 @@ class StatusWriter:
         if not callable(writes):
             return None
         at = ("stamps", provider_type or cs.provider.group_resource, named)
-        if at not in readable:  # once per pass for each provider type and criteria's types
+        if at not in shared:  # once per pass for each provider type and criteria's types
             stamps = []
             for gr in sorted({at[1], NAMESPACES, CRDS, *(gr for gr in named if gr)}, key=str):
-                if gr not in readable:
-                    readable[gr] = (writes(gr, None), _readable(state, gr))
-                stamps.append(readable[gr])
-            readable[at] = tuple(stamps)
+                if gr not in shared:
+                    shared[gr] = (writes(gr, None), _readable(state, gr))
+                stamps.append(shared[gr])
+            shared[at] = tuple(stamps)
         facts = self.router.facts if self.router is not None else UNMANAGED
         lookup = getattr(getattr(self.router, "mapper", None), "lookup", None)
         resource_type = lookup(provider_type) if callable(lookup) and provider_type is not None else None
         served = self.coverage.served(cs) if self.coverage is not None else None
-        base = (cs, provider_type, named, readable[at], resource_type, facts.labelled, facts.managed,
-                self._refused(cs, state), repr(self._replay_facts(cs, state, readable)), readable["labels"],
+        base = (cs, provider_type, named, shared[at], resource_type, facts.labelled, facts.managed,
+                self._refused(cs, state), repr(self._replay_facts(cs, state, shared)), shared["labels"],
                 repr(served),
                 self._deleters.get((cs.name, cs.uid)))
         # The routes Ready checks are live are computed as status.py does (with the labels stored now), which the

@@ -267,7 +267,8 @@ class WebhookRouter:
             return outcome
         self._synced, self._next_sync = parts, started + RESYNC
         self.metrics.webhook_route_syncs.labels(outcome).inc()
-        self.metrics.provider_routes.set(len(wanted.routes))
+        routes = sum(len(part) for part in parts)  # the shards hold each route once (Desired.routes is a union)
+        self.metrics.provider_routes.set(routes)
         for r in rendered:
             self._written[r.shard] = (r.digest, parts[r.shard])
             self._rendered.pop(r.digest, None)
@@ -284,7 +285,7 @@ class WebhookRouter:
             log.info("provider routes written", configuration=routing.PROVIDERS_CONFIGURATION, outcome=outcome,
                      shards=sorted(r.shard for r in rendered if r.digest != self._stored_digest.get(r.shard)),
                      digests={configs.configuration_name(r.shard): r.digest for r in rendered},
-                     routes=len(wanted.routes))
+                     routes=routes)
         broad: dict[routing.Route, str] = {}
         for shard in self._written:
             broad.update(self._broad.get(shard, {}))

@@ -112,8 +112,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_statuswriter.py",)),
     # ... and a status pass computes only the statuses whose inputs changed; computing none misses the label stored.
     Mutant("status-key-ignores-writes", "criticalsvc/statuswriter.py",
-           "                readable[gr] = (writes(gr, None), _readable(state, gr))\n",
-           "                readable[gr] = (0, _readable(state, gr))\n", ("tests/test_statuswriter.py",)),
+           "                shared[gr] = (writes(gr, None), _readable(state, gr))\n",
+           "                shared[gr] = (0, _readable(state, gr))\n", ("tests/test_statuswriter.py",)),
     # A shard's namespaceSelector names every namespace its routes are in: one left out, its routes route nothing.
     Mutant("route-namespace-selector-short", "criticalsvc/webhookconfigurations.py",
            'else sorted(n for n in namespaces if n)\n', 'else sorted(n for n in namespaces if n)[:1]\n',
