@@ -65,7 +65,7 @@ class Labeller:
         self._next_sweep = 0.0
         self._reported: set[str] = set()
         # Per CriticalService name: (it, what it read by counts of writes, the objects it protects with their labels).
-        self._members: dict[str, tuple[Any, Any, dict[ObjectRef, frozenset[str]]]] = {}
+        self._protects: dict[str, tuple[Any, Any, dict[ObjectRef, frozenset[str]]]] = {}
 
     async def run(self, leading: Callable[[], bool]) -> None:
         while True:
@@ -97,7 +97,7 @@ class Labeller:
         services = list(state.critical_services())
         want: dict[ObjectRef, frozenset[str]] = {}
         writes = getattr(state, "writes", None)
-        members: dict[str, tuple[Any, Any, dict[ObjectRef, frozenset[str]]]] = {}
+        protects: dict[str, tuple[Any, Any, dict[ObjectRef, frozenset[str]]]] = {}
         namespaces_crds = (writes(NAMESPACES, ""), writes(CRDS, "")) if callable(writes) else None
         sliced = time.perf_counter()
         for cs in services:
@@ -111,18 +111,18 @@ class Labeller:
                 gr = state.resolve(cs.provider.group_resource)
                 stamp = (gr, writes(gr or cs.provider.group_resource, cs.provider.namespace), namespaces_crds) \
                     if callable(writes) else None
-                known = self._members.get(cs.name)
+                known = self._protects.get(cs.name)
                 if known is not None and stamp is not None and known[1] == stamp and (known[0] is cs or known[0] == cs):
                     protected = known[2]
                 else:
                     protected = protectionlabels.protected_objects(cs, state,
                                                                    protectionlabels.provider_members(cs, state))
-                members[cs.name] = (cs, stamp, protected)
+                protects[cs.name] = (cs, stamp, protected)
                 for ref, labels in protected.items():
                     want[ref] = want.get(ref, frozenset()) | labels
             except StateUnavailable:
                 continue  # that CriticalService's types cannot be read now; the others are labelled
-        self._members = members
+        self._protects = protects
         adds = protectionlabels.to_add(want, state)
         self._types |= {ref.group_resource for ref in want}
         names = frozenset(f"{cs.name}/{cs.uid}" for cs in services)

@@ -53,8 +53,8 @@ READ_BY_DEFAULT = frozenset({CRITICAL_SERVICES, NAMESPACES, CRDS, *ROUTED_PROVID
 OWN_NAME_LABEL = ("app.kubernetes.io/name", "criticalsvc")
 OWN_FINALIZER_PREFIX = "criticalsvc.io/"
 # The gate's own webhook configurations: the shipped one (deploy/base/webhook.yaml; serve --webhook-configuration
-# names another) and the one its leader writes (criticalsvc/routing.py). Pointed at the gate by url when it runs
-# outside the cluster, they are its own install all the same.
+# names another) and the ones its leader writes (criticalsvc/webhookconfigurations.py). Pointed at the gate by url
+# when it runs outside the cluster, they are its own install all the same.
 OWN_CONFIGURATIONS = frozenset({"criticalsvc", *CONFIGURATION_NAMES})
 UPDATE = "update"
 _RANK = {Confidence.HIGH: 0, Confidence.MEDIUM: 1, Confidence.LOW: 2}
