@@ -116,10 +116,14 @@ class RESTMapper:
         self._by_gr: dict[GroupResource, ResourceType] = {}
         self._by_name: dict[tuple[str, str], ResourceType] = {}
         self._by_kind: dict[tuple[str, str], ResourceType] = {}
+        # Counts every add and remove: equal at two moments, every name resolves as it did (what a caller that keeps
+        # something resolved may check instead of resolving again: the status writer's keys).
+        self.generation = 0
         for t in types:
             self.add(t)
 
     def add(self, t: ResourceType) -> None:
+        self.generation += 1
         self._by_gr[t.group_resource] = t
         self._by_kind[(t.group, t.kind)] = t
         for name in (t.plural, t.singular, t.kind.lower(), *t.short_names):
@@ -129,6 +133,7 @@ class RESTMapper:
         t = self._by_gr.pop(gr, None)
         if t is None:
             return
+        self.generation += 1
         self._by_kind.pop((t.group, t.kind), None)
         for key in [k for k, v in self._by_name.items() if v is t]:
             del self._by_name[key]

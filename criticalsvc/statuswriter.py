@@ -26,7 +26,20 @@ import structlog
 
 from . import criteria, protectionlabels, routing
 from .admission import AdmissionRequest
-from .api import API_VERSION, CRDS, GROUP, KIND, NAMESPACES, PLURAL, VERSION, CriticalService, GroupResource, ObjectRef
+from .api import (
+    API_VERSION,
+    CRDS,
+    GROUP,
+    KIND,
+    NAMESPACES,
+    PLURAL,
+    VERSION,
+    CriticalService,
+    GroupResource,
+    ObjectRef,
+    ResourcesCriterion,
+    SpecificResourceCriterion,
+)
 from .cache.transport import KubeTransport
 from .decision import Decision, Rule
 from .deleters import Deleter, of_request
@@ -90,6 +103,38 @@ def _ready(status: Mapping[str, Any] | None) -> tuple[str, str]:
         if isinstance(c, Mapping) and c.get("type") == "Ready":
             return str(c.get("status") or ""), str(c.get("reason") or "")
     return "", ""
+
+
+def _reads(cs: CriticalService, provider_type: GroupResource | None,
+           named: tuple[GroupResource | None, ...]) -> tuple[Any, ...]:
+    """Where cs's status reads objects: its provider's type in its namespace (None: any), and each criterion's type
+    in the namespace it names (None: any); the namespaces and CRDs anywhere. By namespace, so that a write elsewhere
+    (the router's probe ConfigMap, written on every route change) leaves a key standing for every CriticalService of
+    a named ConfigMap provider or criterion."""
+    where = []
+    for c, gr in zip(cs.criteria, named, strict=True):
+        ns = c.target.namespace if isinstance(c, SpecificResourceCriterion) else \
+            c.namespace if isinstance(c, ResourcesCriterion) else None
+        where.append((gr, ns))
+    return ("stamps", (provider_type or cs.provider.group_resource, cs.provider.namespace), tuple(where))
+
+
+def _stamps(state: ClusterState, shared: dict[Any, Any], at: tuple[Any, ...]) -> Any:
+    """The counts of writes and readability of where a status reads (`_reads`), with the namespaces and CRDs. Worked
+    out once per pass for each `at` (memo `shared`)."""
+    found = shared.get(at)
+    if found is None:
+        writes = state.writes  # type: ignore[attr-defined]  # _key checked that the state counts them
+        stamps = []
+        for gr, ns in sorted({at[1], (NAMESPACES, None), (CRDS, None), *((gr, ns) for gr, ns in at[2] if gr)},
+                             key=str):
+            if (gr, ns) not in shared:
+                shared[gr, ns] = writes(gr, ns)
+            if gr not in shared:
+                shared[gr] = _readable(state, gr)
+            stamps.append((shared[gr, ns], shared[gr]))
+        found = shared[at] = tuple(stamps)
+    return found
 
 
 def _readable(state: ClusterState, gr: GroupResource) -> str | None:
@@ -156,6 +201,10 @@ class StatusWriter:
         self._computed: dict[tuple[str, str], float] = {}  # time.monotonic() each status was last computed
         self._refresh: dict[str, float] = {}  # _refresh_after by name
         self._keys: dict[tuple[str, str], Any] = {}  # per CriticalService, what its status written was computed from
+        # ... and the pass's world (`_world`) and router facts that key was taken under: a pass whose world is that
+        # one takes the key as still true without computing it again when cs and its types' stamps are (`_still`).
+        self._taken: dict[tuple[str, str], tuple[Any, Routing, Any]] = {}
+        self._world: Any = None
         self._needs: dict[tuple[str, str], Any] = {}  # ... and the routes its Ready needs live, with their inputs
 
     # --- status (leader only) ---------------------------------------------------------------------
@@ -181,6 +230,9 @@ class StatusWriter:
         # (worked out once) each provider type's stamps and replay permissions.
         shared: dict[Any, Any] = {"labels": tuple(sorted((str(k), v) for k, v in self.labeller.errors.items()))
                                     if self.labeller else None}
+        world = self._world_now(shared)
+        facts = self.router.facts if self.router is not None else UNMANAGED
+        grown: dict[int, bool] = {}  # per router facts a key was taken under: are today's those plus more live?
         if pending_only:
             services = [cs for cs in services if (cs.name, cs.uid) in self._pending_keys
                         or (cs.name, cs.uid) not in self._written]
@@ -219,7 +271,11 @@ class StatusWriter:
                     log.info("Ready changed", critical_service=cs.name, status=now[0], reason=now[1],
                              was=was[1] or None)
                 self._written[cs.name, cs.uid] = status
-                self._keys[cs.name, cs.uid] = key
+                self._keep(cs, key, world, facts)
+                if _pending(status):
+                    self._pending_keys.add((cs.name, cs.uid))
+                else:
+                    self._pending_keys.discard((cs.name, cs.uid))
                 return True
             finally:
                 gate.release()
@@ -238,12 +294,17 @@ class StatusWriter:
             # gate cannot read (the key then says so, or is None): the status then says Blocking Unknown
             # (CannotVerify), where skipping it left the last status written standing, "may go" included, while
             # the webhook refused the provider's DELETE as unverifiable.
-            key = keys[cs.name, cs.uid] = self._key(cs, state, shared)
+            ident = (cs.name, cs.uid)
             now = time.monotonic()
-            fresh = now - self._computed.get((cs.name, cs.uid), -math.inf) < self._refresh_after(cs.name)
-            if fresh and key is not None and self._keys.get((cs.name, cs.uid)) == key \
-                    and (cs.name, cs.uid) in self._written:
-                self._keys[cs.name, cs.uid] = key  # the objects of now: the next pass compares them by identity first
+            fresh = now - self._computed.get(ident, -math.inf) < self._refresh_after(cs.name)
+            if ident not in self._written:
+                self._pending_keys.add(ident)  # no Ready written yet
+            elif fresh and world is not None and self._still(cs, state, shared, world, facts, grown):
+                keys[ident] = self._keys[ident]
+                continue
+            key = keys[ident] = self._key(cs, state, shared)
+            if fresh and key is not None and self._keys.get(ident) == key and ident in self._written:
+                self._keep(cs, key, world, facts)  # the objects of now: the next pass compares them by identity first
                 continue
             self._computed[cs.name, cs.uid] = now
             status = compute_status(cs, state, now=self.clock(), previous=self._written.get((cs.name, cs.uid)),
@@ -255,7 +316,7 @@ class StatusWriter:
                                     served=self.coverage.served(cs) if self.coverage is not None else None,
                                     deleter=self._deleters.get((cs.name, cs.uid)))
             if (cs.name, cs.uid) in self._written and same_status(self._written[cs.name, cs.uid], status):
-                self._keys[cs.name, cs.uid] = key
+                self._keep(cs, key, world, facts)
                 continue
             if gate.locked():
                 self.busy += time.perf_counter() - sliced
@@ -268,17 +329,13 @@ class StatusWriter:
         results = await asyncio.gather(*sends)
         written, failed = sum(results), not all(results)
         self.writes += written
-        for cs in services:
-            if _pending(self._written.get((cs.name, cs.uid))):
-                self._pending_keys.add((cs.name, cs.uid))
-            else:
-                self._pending_keys.discard((cs.name, cs.uid))
         if pending_only:
             self._pending = bool(self._pending_keys)
             return written  # the whole pass still runs: what it reads changed (the next one compares, not skips)
         self._pending_keys &= set(keys)
         self._pending = bool(self._pending_keys)
         self._keys = {k: v for k, v in self._keys.items() if k in keys}
+        self._taken = {k: v for k, v in self._taken.items() if k in keys}
         self._computed = {k: v for k, v in self._computed.items() if k in keys}
         if len(self._refresh) > 2 * len(keys):  # names of CriticalServices gone
             present = {name for name, _uid in keys}
@@ -319,19 +376,12 @@ class StatusWriter:
         writes = getattr(state, "writes", None)
         if not callable(writes):
             return None
-        at = ("stamps", provider_type or cs.provider.group_resource, named)
-        if at not in shared:  # once per pass for each provider type and criteria's types
-            stamps = []
-            for gr in sorted({at[1], NAMESPACES, CRDS, *(gr for gr in named if gr)}, key=str):
-                if gr not in shared:
-                    shared[gr] = (writes(gr, None), _readable(state, gr))
-                stamps.append(shared[gr])
-            shared[at] = tuple(stamps)
+        at = _reads(cs, provider_type, named)
         facts = self.router.facts if self.router is not None else UNMANAGED
         lookup = getattr(getattr(self.router, "mapper", None), "lookup", None)
         resource_type = lookup(provider_type) if callable(lookup) and provider_type is not None else None
         served = self.coverage.served(cs) if self.coverage is not None else None
-        base = (cs, provider_type, named, shared[at], resource_type, facts.labelled, facts.managed,
+        base = (cs, provider_type, named, _stamps(state, shared, at), resource_type, facts.labelled, facts.managed,
                 self._refused(cs, state), repr(self._replay_facts(cs, state, shared)), shared["labels"],
                 repr(served),
                 self._deleters.get((cs.name, cs.uid)))
@@ -354,6 +404,56 @@ class StatusWriter:
                  router_needs, facts.error,
                  tuple(sorted(str(r) for r in router_needs or () if r in facts.broad)) if facts.broad else ())
         return base, route
+
+    def _world_now(self, shared: dict[Any, Any]) -> Any:
+        """What every key of a pass shares besides its types' stamps and the router's facts, as one value (the same
+        object as the last pass's when equal); None when a key must be computed whatever it holds: a confirmation
+        refused lately (shown for a while: the clock counts), or a collaborator that cannot say when it changed."""
+        if getattr(self.reader, "refused", None):
+            return None
+        generation = getattr(getattr(self.router, "mapper", None), "generation", None)
+        replay = getattr(self.replayer, "facts", None) if self.replayer is not None else ()
+        coverage = getattr(self.coverage, "changes", None) if self.coverage is not None else ()
+        if not isinstance(generation, int) or replay is None or coverage is None:
+            return None
+        facts = self.router.facts if self.router is not None else UNMANAGED
+        world = (generation, shared["labels"], replay, coverage, facts.labelled, facts.managed, facts.error,
+                 dict(facts.broad))
+        if world != self._world:
+            self._world = world
+        return self._world
+
+    def _keep(self, cs: CriticalService, key: Any, world: Any, facts: Routing) -> None:
+        """Remember `key` as what cs's status written stands on, taken under `world` and the router's `facts`."""
+        self._keys[cs.name, cs.uid] = key
+        if key is not None:  # with where its stamps were read, which holds as long as cs and the world do
+            self._taken[cs.name, cs.uid] = (world, facts, _reads(cs, key[0][1], key[0][2]))
+
+    def _still(self, cs: CriticalService, state: ClusterState, shared: dict[Any, Any], world: Any, facts: Routing,
+               grown: dict[int, bool]) -> bool:
+        """Is cs's key, taken in an earlier pass, still what _key would compute, told without computing it? So when
+        the pass's world is the one it was taken under (the same object), cs is the same object, its types' stamps and
+        last deleter are those of then, and the router's facts are those of then, or those plus more routes written
+        and live while every route cs needs was both already. At 10,000 CriticalServices computing every key held the
+        leader's loop ~0.2 s per cache event (a new CriticalService's several), and its Enforcing waited behind it
+        (issue 34: CREATE -> Enforcing); this check is a few lookups."""
+        taken, key = self._taken.get((cs.name, cs.uid)), self._keys.get((cs.name, cs.uid))
+        if taken is None or key is None or taken[0] is not world:
+            return False
+        base, route = key
+        if base[0] is not cs or base[-1] is not self._deleters.get((cs.name, cs.uid)):
+            return False
+        if base[1] is None or None in base[2]:
+            return False  # a type not served (yet): whether its group's discovery failed is read by resolving it
+        if _stamps(state, shared, taken[2]) != base[3]:
+            return False
+        then = taken[1]
+        if then is facts:
+            return True
+        more = grown.get(id(then))
+        if more is None:
+            more = grown[id(then)] = then.live <= facts.live and then.written <= facts.written
+        return more and route[1] and route[2] and facts.needs_of(cs) == route[3]
 
     def _refresh_after(self, name: str) -> float:
         """How long a status computed stands before it is computed again all the same (FULL_PASS_EVERY): between half

@@ -112,8 +112,20 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_statuswriter.py",)),
     # ... and a status pass computes only the statuses whose inputs changed; computing none misses the label stored.
     Mutant("status-key-ignores-writes", "criticalsvc/statuswriter.py",
-           "                shared[gr] = (writes(gr, None), _readable(state, gr))\n",
-           "                shared[gr] = (0, _readable(state, gr))\n", ("tests/test_statuswriter.py",)),
+           "                shared[gr, ns] = writes(gr, ns)\n",
+           "                shared[gr, ns] = 0\n", ("tests/test_statuswriter.py",)),
+    # ... and takes a key as standing, unworked, only when nothing it reads moved: not its types' writes, ...
+    Mutant("status-shortcut-ignores-stamps", "criticalsvc/statuswriter.py",
+           "        if _stamps(state, shared, taken[2]) != base[3]:\n",
+           "        if False:\n", ("tests/test_statuswriter.py",)),
+    # ... not its routes going out of the live set, ...
+    Mutant("status-shortcut-ignores-fewer-live", "criticalsvc/statuswriter.py",
+           "            more = grown[id(then)] = then.live <= facts.live and then.written <= facts.written\n",
+           "            more = grown[id(then)] = True\n", ("tests/test_statuswriter.py",)),
+    # ... nor a type learnt (a name resolving otherwise).
+    Mutant("status-shortcut-ignores-mapper", "criticalsvc/statuswriter.py",
+           "        world = (generation, shared[\"labels\"],", "        world = (0, shared[\"labels\"],",
+           ("tests/test_statuswriter.py",)),
     # A shard's namespaceSelector names every namespace its routes are in: one left out, its routes route nothing.
     Mutant("route-namespace-selector-short", "criticalsvc/webhookconfigurations.py",
            'else sorted(n for n in namespaces if n)\n', 'else sorted(n for n in namespaces if n)[:1]\n',

@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 from kubefakes import Unreadable
@@ -416,6 +417,107 @@ def test_an_idle_leader_skips_its_status_pass_until_something_it_reads_changes(f
             del writer._written[next(iter(writer._written))]
             source.changes += 1
             assert await passes(3) == 3 + 3  # that one, and the new one (never written: nothing listens)
+        finally:
+            await writer.api_client.close()
+
+    asyncio.run(scenario())
+
+
+class _Routes:
+    """The writer's router as status reads it: its facts (set by the test) and the REST mapper."""
+
+    def __init__(self, facts: Routing, mapper: Any) -> None:
+        self.facts, self.mapper = facts, mapper
+
+
+@pytest.mark.parametrize("shortcut", [True, False])
+def test_a_pass_takes_a_status_as_standing_without_recomputing_it_only_when_nothing_it_reads_moved(
+        shortcut, monkeypatch):
+    """At 10,000 CriticalServices working out what each status stands on held the leader's loop ~0.2 s per cache
+    event (issue 34: CREATE -> Enforcing). A pass takes it as standing, unworked, when nothing it reads moved: a
+    write in another namespace, more routes live. What it reads moving still works it out and rewrites it: a write
+    in its namespace, one of its routes no longer live, a type learnt. Oracle: each time the shortcut holds, the
+    whole key, worked out anyway, is the one stored. Negative control: a writer whose router has no REST mapper
+    (the shortcut cannot tell when a name resolves otherwise) works every key out on every pass."""
+    import criticalsvc.statuswriter as statuswriter
+    from criticalsvc import routing
+    from criticalsvc.restmapper import ResourceType
+
+    state = _many_services(20)
+    services = sorted(state.critical_services(), key=lambda c: c.name)
+    mapper = state.mapper
+    needs = {routing.route_key(cs): routing.needed_routes(cs, mapper.lookup(GroupResource("apps", "deployments")))
+             for cs in services}
+    everything = frozenset().union(*needs.values())
+    router = _Routes(Routing(managed=True, needs=needs, written=everything, live=everything), mapper)
+    source = CountingSource(state)
+    writer = StatusWriter(api_client=aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:9")),
+                          source=source, identity="a", router=router if shortcut else _Routes(router.facts, None))
+    writer.router.mapper = writer.router.mapper or type("NoGeneration", (), {"lookup": mapper.lookup})()
+    for cs in services:
+        writer._written[cs.name, cs.uid] = statuswriter.compute_status(
+            cs, state, now=time.time(), routing=router.facts, lookup=mapper.lookup)
+    worked = []
+    real_key, real_still = writer._key, writer._still
+
+    def key(cs: Any, *args: Any) -> Any:
+        worked.append(cs.name)
+        return real_key(cs, *args)
+
+    def still(cs: Any, *args: Any) -> bool:
+        held = real_still(cs, *args)
+        if held:  # the oracle: the key worked out in full is the one the shortcut took as standing
+            assert real_key(cs, state, {"labels": None}) == writer._keys[cs.name, cs.uid], cs.name
+        return held
+
+    monkeypatch.setattr(writer, "_key", key)
+    monkeypatch.setattr(writer, "_still", still)
+    sent: list[str] = []
+
+    class Accepting:  # the API server, taking every status PATCH
+        def __init__(self, _client: Any) -> None:
+            pass
+
+        async def send(self, method: str, path: str, *args: Any, **kwargs: Any) -> None:
+            sent.append(path.split("/")[-2])
+
+    monkeypatch.setattr(statuswriter, "KubeTransport", Accepting)
+
+    async def passes() -> list[str]:
+        worked.clear()
+        sent.clear()
+        source.changes += 1
+        await writer.sync_once()
+        return sorted(set(worked))
+
+    async def scenario() -> None:
+        try:
+            assert len(await passes()) == 20  # the first pass works every key out
+            everyone = sorted(cs.name for cs in services)
+            if not shortcut:
+                assert await passes() == everyone
+                return
+            assert await passes() == []
+            state.upsert(KubeObject(GroupResource("", "configmaps"), "elsewhere", "probe"))
+            assert await passes() == []  # a write in another namespace: no status reads there
+            other = parse_critical_service({"metadata": {"name": "other", "uid": "u-other"}, "spec": {
+                "provider": {"group": "apps", "resource": "deployments", "namespace": "elsewhere", "name": "p"},
+                "criteria": [{"type": "SpecificResource", "specificResource": {
+                    "resource": "secrets", "namespace": "apps", "name": "s"}}]}})
+            more = routing.needed_routes(other, mapper.lookup(GroupResource("apps", "deployments")))
+            router.facts = attrs.evolve(router.facts, written=everything | more, live=everything | more)
+            assert await passes() == []  # as many routes live as before, or more
+            state.upsert(KubeObject(GroupResource("", "configmaps"), "apps", "another"))
+            assert await passes() == everyone  # the criteria's type written in their namespace
+            s0 = services[0]
+            router.facts = attrs.evolve(router.facts, live=router.facts.live - needs[routing.route_key(s0)])
+            assert await passes() == everyone  # fewer routes live: every key is worked out
+            assert sorted(sent) == everyone  # each written again: RoutePending (they share s0's routes)
+            router.facts = attrs.evolve(router.facts, live=everything)
+            await passes()
+            mapper.add(ResourceType("ex.com", "v1", "Widget", "widgets", "widget", True, ()))
+            assert await passes() == everyone  # a type learnt: a name may resolve otherwise
+            assert await passes() == []
         finally:
             await writer.api_client.close()
 
