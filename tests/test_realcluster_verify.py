@@ -31,8 +31,16 @@ import yaml
 from tests.backends import deployment_manifest
 from tests.realcluster import ocmcrds
 from tests.realcluster.cluster import RealCluster
+from tests.realcluster.gate import GATE_NAMESPACE
 from tests.realcluster.manifestwork import ManifestWorkAgent, Teardown
-from tests.realcluster.teardown import RepeatingDeleter, all_gone, object_path, replay_grant, wait_for
+from tests.realcluster.teardown import (
+    RepeatingDeleter,
+    all_gone,
+    object_path,
+    remaining,
+    replay_grant,
+    wait_for,
+)
 
 pytestmark = pytest.mark.realcluster
 
@@ -185,6 +193,13 @@ def test_the_namespace_content_cycle_warns_at_create_and_namespace_deletion_need
         remove_all(realcluster, bundle)
 
 
+def intents(realcluster: RealCluster) -> str:
+    """The gate's deletion intents still recorded (criticalsvc/replay.py), as a failed wait reports them."""
+    page = realcluster.admin.get(f"/api/v1/namespaces/{GATE_NAMESPACE}/configmaps"
+                                 "?labelSelector=criticalsvc.io%2Fdeletion-intent%3Dtrue") or {}
+    return "intents recorded: " + (", ".join(json.dumps(i.get("data")) for i in page.get("items") or []) or "none")
+
+
 @pytest.fixture(scope="module")
 def agent(realcluster: RealCluster) -> Iterator[ManifestWorkAgent]:
     """The work CRDs installed (idempotent: tests/test_realcluster_manifestwork.py does the same), the agent for the
@@ -218,8 +233,12 @@ def test_a_manifestwork_held_by_a_protected_object_with_replay_leaves_only_that_
         wait_for(lambda: protected(realcluster, deployment), timeout=TIMEOUT,
                  what=f"the gate to protect {cs0}'s provider")
         teardown.start()
-        wait_for(lambda: all_gone(realcluster.admin, set(paths.values()) - stays), timeout=TIMEOUT,
-                 what="everything but the labelled ConfigMap and its namespace gone")
+        # Twice the usual wait: the replays chain (namespace a, then cs0 once a is gone), each behind the namespace
+        # controller's pass, which a loaded CI machine stretches.
+        wait_for(lambda: all_gone(realcluster.admin, set(paths.values()) - stays), timeout=2 * TIMEOUT,
+                 what="everything but the labelled ConfigMap and its namespace gone",
+                 explain=lambda: f"{remaining(realcluster.admin, set(paths.values()) - stays)}; "
+                                 f"{intents(realcluster)}")
         # Sorted, namespaces come before the CRD: namespace a was refused while the Widget still counted.
         assert paths[f"Namespace//{a}"] in {d.path for d in teardown.refused()}, teardown.refused()
         assert realcluster.admin.exists(configmap)

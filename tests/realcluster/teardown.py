@@ -20,7 +20,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -424,12 +424,34 @@ class Observer(threading.Thread):
         return sorted(self.first_gone, key=lambda k: self.first_gone[k])
 
 
-def wait_for(check: Any, *, timeout: float, what: str, interval: float = 0.2) -> None:
+def wait_for(check: Any, *, timeout: float, what: str, interval: float = 0.2,
+             explain: Callable[[], str] | None = None) -> None:
+    """Poll `check` until it holds; on timeout fail naming `what`, and what `explain` says of the cluster then."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            said = f"; {explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{said}")
         time.sleep(interval)
+
+
+def remaining(client: Client, paths: Iterable[str]) -> str:
+    """What of `paths` still exists, each with what may hold it: its deletionTimestamp, finalizers and (a namespace)
+    the namespace controller's conditions."""
+    said = []
+    for path in paths:
+        obj = client.get(path)
+        if obj is None:
+            continue
+        md = obj.get("metadata") or {}
+        held = [f"deleted at {md['deletionTimestamp']}" if md.get("deletionTimestamp") else "not deleted"]
+        if md.get("finalizers"):
+            held.append(f"finalizers {md['finalizers']}")
+        held += [f"{c.get('type')}: {c.get('message')}" for c in (obj.get("status") or {}).get("conditions") or []
+                 if isinstance(c, dict) and c.get("status") == "True" and path.startswith("/api/v1/namespaces/")
+                 and path.count("/") == 4]
+        said.append(f"{path} ({'; '.join(held)})")
+    return "still there: " + ", ".join(said) if said else "nothing left"
 
 
 def all_gone(client: Client, paths: Iterable[str]) -> bool:
