@@ -66,6 +66,8 @@ class Labeller:
         self._reported: set[str] = set()
         # Per CriticalService name: (it, what it read by counts of writes, the objects it protects with their labels).
         self._protects: dict[str, tuple[Any, Any, dict[ObjectRef, frozenset[str]]]] = {}
+        # The last round's union of what they protect, the labels it lacked, and the labelled types' counts of writes.
+        self._wanted: tuple[dict[ObjectRef, frozenset[str]], Mapping[ObjectRef, frozenset[str]], Any] | None = None
 
     async def run(self, leading: Callable[[], bool]) -> None:
         while True:
@@ -88,7 +90,7 @@ class Labeller:
                 else:
                     await self.sleep(IDLE)
             else:
-                self._services, self._sent = None, {}  # a new leader sweeps at once
+                self._services, self._sent, self._wanted = None, {}, None  # a new leader sweeps at once
                 await self.sleep(1.0)
 
     async def round(self) -> int:
@@ -99,6 +101,8 @@ class Labeller:
         writes = getattr(state, "writes", None)
         protects: dict[str, tuple[Any, Any, dict[ObjectRef, frozenset[str]]]] = {}
         namespaces_crds = (writes(NAMESPACES, ""), writes(CRDS, "")) if callable(writes) else None
+        stamps: dict[tuple[Any, str | None], Any] = {}  # per provider type as spelt and namespace, this round
+        same = len(services) == len(self._protects)  # ... and every CriticalService protects what it did last round
         sliced = time.perf_counter()
         for cs in services:
             if time.perf_counter() - sliced > LOOP_SLICE:
@@ -108,24 +112,39 @@ class Labeller:
                 # What cs protects is kept while what it reads was not written: its provider's type there (a selector's
                 # members are found by scanning it), the namespaces and the CRDs; at 10,000 working it all out again
                 # took a fifth of the leader's CPU while CriticalServices were created one by one (py-spy).
-                gr = state.resolve(cs.provider.group_resource)
-                stamp = (gr, writes(gr or cs.provider.group_resource, cs.provider.namespace), namespaces_crds) \
-                    if callable(writes) else None
+                where = (cs.provider.group_resource, cs.provider.namespace)
+                stamp = stamps.get(where)
+                if stamp is None and callable(writes):
+                    gr = state.resolve(where[0])
+                    stamp = stamps[where] = (gr, writes(gr or where[0], where[1]), namespaces_crds)
                 known = self._protects.get(cs.name)
                 if known is not None and stamp is not None and known[1] == stamp and (known[0] is cs or known[0] == cs):
                     protected = known[2]
                 else:
                     protected = protectionlabels.protected_objects(cs, state,
                                                                    protectionlabels.provider_members(cs, state))
+                    same = same and known is not None and known[2] == protected and known[0].uid == cs.uid
                 protects[cs.name] = (cs, stamp, protected)
+            except StateUnavailable:
+                same = False
+                continue  # that CriticalService's types cannot be read now; the others are labelled
+        labelled = tuple(writes(gr, None) for gr in sorted(self._types, key=str)) if callable(writes) else None
+        if same and len(protects) == len(self._protects) and self._wanted is not None and labelled is not None:
+            # Nothing any CriticalService protects changed (the CriticalServices' own writes are mostly their status):
+            # the union of 10,000 and the check of each object's labels are last round's while no label was written.
+            want = self._wanted[0]
+            adds = self._wanted[1] if self._wanted[2] == labelled else protectionlabels.to_add(want, state)
+            names = self._services or frozenset()
+        else:
+            for _cs, _stamp, protected in protects.values():
                 for ref, labels in protected.items():
                     want[ref] = want.get(ref, frozenset()) | labels
-            except StateUnavailable:
-                continue  # that CriticalService's types cannot be read now; the others are labelled
+            adds = protectionlabels.to_add(want, state)
+            names = frozenset(f"{cs.name}/{cs.uid}" for cs in services)
         self._protects = protects
-        adds = protectionlabels.to_add(want, state)
         self._types |= {ref.group_resource for ref in want}
-        names = frozenset(f"{cs.name}/{cs.uid}" for cs in services)
+        labelled = tuple(writes(gr, None) for gr in sorted(self._types, key=str)) if callable(writes) else None
+        self._wanted = (want, adds, labelled)
         removes: Mapping[ObjectRef, frozenset[str]] = {}
         if names != self._services or self.clock() >= self._next_sweep:
             removes = protectionlabels.stale(want, state, self._types)

@@ -110,6 +110,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "wait_event(timeout)) \\\n            if callable(wait_event) and self._pending else None",
            "wait_event(timeout)) \\\n            if False else None",
            ("tests/test_statuswriter.py",)),
+    # The labeller keeps last round's labels lacking only while no labelled type was written: a label taken off
+    # by hand is put back.
+    Mutant("labeller-reuses-stale-adds", "criticalsvc/labeller.py",
+           "adds = self._wanted[1] if self._wanted[2] == labelled else", "adds = self._wanted[1] if True else",
+           ("tests/test_protection_labels.py", "tests/test_webhookrouter.py")),
+    # ... and its union only while every CriticalService protects what it did: a provider created is labelled.
+    Mutant("labeller-reuses-a-changed-union", "criticalsvc/labeller.py",
+           "same = same and known is not None and known[2] == protected and known[0].uid == cs.uid",
+           "same = same and known is not None", ("tests/test_protection_labels.py",)),
     # ... and a status pass computes only the statuses whose inputs changed; computing none misses the label stored.
     Mutant("status-key-ignores-writes", "criticalsvc/statuswriter.py",
            "                shared[gr, ns] = writes(gr, ns)\n",

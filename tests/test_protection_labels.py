@@ -478,3 +478,27 @@ async def test_what_appears_after_its_critical_service_is_labelled_at_the_next_r
     assert await patched_after_round() == {"/apis/gadgets.example.com/v1/namespaces/crew/gadgets/m"}
     state.upsert(ns("team"))
     assert await patched_after_round() == {"/api/v1/namespaces/team"}
+
+
+@pytest.mark.anyio
+async def test_a_label_taken_off_while_nothing_else_changed_is_put_back() -> None:
+    """While nothing any CriticalService protects changed, a round keeps the last one's union of what they protect and
+    of what lacks its labels (at 10,000 rebuilding them was most of a round, once per cache event: a CriticalService's
+    status written is one). A label taken off by hand is a write of that type: the next round puts it back."""
+    named = service("a", GADGETS, namespace="team")
+    state = state_with(obj(CRDS, "", GADGET_CRD.name, LABELLED), ns("team", LABELLED),
+                       obj(GADGETS, "team", "p", LABELLED), services=(named,))
+    api = FakeAPI()
+    now = [0.0]
+    labeller = Labeller(api, Source(state), state.mapper, clock=lambda: now[0])  # type: ignore[arg-type]
+
+    async def patched_after_round() -> set[str]:
+        before = len(api.requests)
+        await labeller.round()
+        return {path for verb, path, _body in api.requests[before:] if verb == "PATCH"}
+
+    assert await patched_after_round() == set()
+    assert await patched_after_round() == set()
+    state.upsert(obj(GADGETS, "team", "p"))  # kubectl label gadget p criticalsvc.io/protected-
+    now[0] += labeller_module.RESEND
+    assert await patched_after_round() == {"/apis/gadgets.example.com/v1/namespaces/team/gadgets/p"}
