@@ -137,6 +137,7 @@ class WebhookRouter:
         types: dict[GroupResource, ResourceType] = {}
         kept: dict[str, _Remembered] = {}
         services = state.critical_services()
+        same = True  # ... and each CriticalService's routes are last round's
         for cs in services:
             gr = cs.provider.group_resource
             t = lookups[gr] if gr in lookups else lookups.setdefault(gr, self.mapper.lookup(gr))
@@ -157,9 +158,16 @@ class WebhookRouter:
                     attrs.evolve(known, service=cs, type=t)
             else:
                 kept[cs.name] = _Remembered(cs, t, stamp, routing.route_key(cs), routing.needed_routes(cs, t, carried))
+                same = same and known is not None and known.key == kept[cs.name].key and \
+                    known.routes == kept[cs.name].routes
             types[t.group_resource] = t
             needs[kept[cs.name].key] = kept[cs.name].routes
-        wanted = routing.Desired(needs, types)
+        if same and len(kept) == len(self._routes) and self._wanted is not None and types == self._wanted.types:
+            # The same routes as last time (a CriticalService's status written is a write of its type, every new one's
+            # twice): the same Desired, so the round compares nothing and splits nothing into shards again.
+            wanted = self._wanted
+        else:
+            wanted = routing.Desired(needs, types)
         self._routes, self._inputs, self._wanted = kept, inputs, wanted
         self._provider_types = sorted(lookups, key=str)
         return wanted

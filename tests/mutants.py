@@ -115,6 +115,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("labeller-reuses-stale-adds", "criticalsvc/labeller.py",
            "adds = self._wanted[1] if self._wanted[2] == labelled else", "adds = self._wanted[1] if True else",
            ("tests/test_protection_labels.py", "tests/test_webhookrouter.py")),
+    # The router hands the last Desired back only while every CriticalService's routes are those of then.
+    Mutant("router-reuses-a-changed-desired", "criticalsvc/webhookrouter.py",
+           "        if same and len(kept) == len(self._routes) and self._wanted is not None",
+           "        if len(kept) == len(self._routes) and self._wanted is not None", ("tests/test_webhookrouter.py",)),
     # ... and its union only while every CriticalService protects what it did: a provider created is labelled.
     Mutant("labeller-reuses-a-changed-union", "criticalsvc/labeller.py",
            "same = same and known is not None and known[2] == protected and known[0].uid == cs.uid",
