@@ -129,7 +129,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "                shared[gr, ns] = 0\n", ("tests/test_statuswriter.py",)),
     # ... and takes a key as standing, unworked, only when nothing it reads moved: not its types' writes, ...
     Mutant("status-shortcut-ignores-stamps", "criticalsvc/statuswriter.py",
-           "        if _stamps(state, shared, taken[2]) != base[3]:\n",
+           "        if stamps != base[3]:\n",
            "        if False:\n", ("tests/test_statuswriter.py",)),
     # ... not its routes going out of the live set, ...
     Mutant("status-shortcut-ignores-fewer-live", "criticalsvc/statuswriter.py",

@@ -188,6 +188,25 @@ async def test_routes_are_live_only_once_the_probe_returns_the_digest_written():
 
 
 @pytest.mark.anyio
+async def test_the_facts_that_say_its_routes_live_already_hold_what_a_critical_service_needs():
+    """CREATE -> Enforcing (issue 34): status reads the router's facts each time they change. The change that shows a
+    new CriticalService's routes live already holds its needs (set with the routes written, before the probe), so the
+    one status pass it starts says Enforcing; needs set only after the probe would make that pass say RoutePending
+    ("not computed yet") and a second one, a pause later, Enforcing."""
+    api = RoutingAPI()
+    api.lag = 2
+    api.put(SHIPPED, shipped())
+    router, _events, _clock = router_over(api, widget_service())
+    seen: list[routing.Routing] = []
+    router.on_change = lambda: seen.append(router.facts)
+    async with leading(router):
+        await eventually(lambda: router.facts.enforced(widget_service()), what="the routes live")
+    needed = routing.needed_routes(widget_service(), WIDGET)
+    live = [facts for facts in seen if needed <= facts.live]
+    assert live and live[0].needs_of(widget_service()) == needed, seen
+
+
+@pytest.mark.anyio
 async def test_a_resync_of_a_configuration_seen_live_sends_no_probe():
     """Idle cost: once live, a resync that finds the configuration unchanged reads it and probes nothing."""
     api = RoutingAPI()
