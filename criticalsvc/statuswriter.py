@@ -80,7 +80,10 @@ MAX_IN_FLIGHT = 8  # status PATCHes sent at once
 STATUS_TIMEOUT = 10.0  # a status PATCH that takes longer is retried on a later pass
 # What may turn a Ready (the routes or the labels changed, or a cache event while a Ready is pending) runs the
 # next pass after this pause instead (issue 34: CREATE -> Enforcing under a second).
-SOON_PAUSE = 0.05
+# The passes over the pending ones are paced on twice the loop time they held, so this only bounds a stream of
+# tiny ones; each pause is on the path of a new CriticalService's Enforcing (its RoutePending pass, then the
+# one its routes seen live start).
+SOON_PAUSE = 0.02
 PENDING_REASONS = frozenset({"LabelPending", "RoutePending"})
 # The generated client sets no timeout of its own: one hung write would stop every later Event.
 EVENT_TIMEOUT = 5.0

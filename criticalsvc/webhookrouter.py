@@ -51,7 +51,10 @@ from .server import StateSource
 log = get_logger("criticalsvc.routing")
 
 POLL = 1.0  # the longest the leader waits between two rounds; a cache event (a CriticalService created) wakes it
-MIN_PAUSE = 0.1  # between two rounds: a burst of events is one round, and a stream of them no busy loop
+# Between two rounds: a burst of events is one round, and a stream of them no busy loop (the pause is at least the
+# loop time the round held, `busy`). At 0.1 s a new CriticalService whose ADD came just after a round (its
+# predecessor's status written is an event too) waited it out before its routes were written (issue 34).
+MIN_PAUSE = 0.02
 RESYNC = 10.0  # ... and reads both configurations even when the routes did not change
 RETRY = 3.0  # ... after a failed sync
 REQUEST_TIMEOUT = 5.0
