@@ -174,9 +174,13 @@ class ServiceEdges:
         self.naming: dict[GroupResource, list[_Naming]] = defaultdict(list)
         self.unnamed: dict[GroupResource, list[_Naming]] = defaultdict(list)
         self.named: dict[tuple[GroupResource, str, str], list[_Naming]] = defaultdict(list)
+        # Each type as spelt resolved once: every CREATE of a CriticalService builds this over all of them (at 10,000
+        # resolving each criterion's type was a quarter of the review, in-process).
+        resolved: dict[GroupResource, GroupResource | None] = {}
         for position, a in enumerate(self.services):
             for i, criterion in enumerate(a.criteria):
-                gr = state.resolve(criteria.named_resource(criterion))
+                spelt = criteria.named_resource(criterion)
+                gr = resolved[spelt] if spelt in resolved else resolved.setdefault(spelt, state.resolve(spelt))
                 if gr is None:
                     continue
                 entry = (position, i, a, criterion)
