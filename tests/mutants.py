@@ -115,6 +115,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("labeller-reuses-stale-adds", "criticalsvc/labeller.py",
            "adds = self._wanted[1] if self._wanted[2] == labelled else", "adds = self._wanted[1] if True else",
            ("tests/test_protection_labels.py", "tests/test_webhookrouter.py")),
+    # The state keeps an object a write left equal, and counts no write; one with a new label is stored and counted.
+    Mutant("state-keeps-a-changed-object", "criticalsvc/state.py",
+           "        if store.objects.get(key) == obj:\n", "        if store.objects.get(key) is not None:\n",
+           ("tests/test_state.py",)),
+    Mutant("state-keeps-a-relabelled-critical-service", "criticalsvc/state.py",
+           "        if old is not None and old == cs and old.labels == cs.labels:\n",
+           "        if old is not None and old == cs:\n", ("tests/test_state.py",)),
     # The router hands the last Desired back only while every CriticalService's routes are those of then.
     Mutant("router-reuses-a-changed-desired", "criticalsvc/webhookrouter.py",
            "        if same and len(kept) == len(self._routes) and self._wanted is not None",

@@ -208,3 +208,37 @@ def test_critical_services_that_come_and_go_leave_no_memory_behind():
                 if stat.traceback[0].filename.endswith("state.py"))
     assert grown < 10_000, f"{grown} bytes kept by state.py for 1990 services that are gone"
     assert list(state.critical_services()) == []
+
+
+def test_a_write_that_changes_nothing_the_gate_reads_keeps_the_object_and_counts_no_write() -> None:
+    """A status update (a Deployment's rollout, a CriticalService's own conditions) projects to an equal object: the
+    state keeps the one it has and counts no write, so what the router, the labeller and the status writer worked
+    out from these objects stands (issue 34: at 10,000 CriticalServices each counted write of their type made each
+    walk all 10,000 again). A change they read (a label, a finalizer, a spec) is stored and counted."""
+    from criticalsvc.api import CRITICAL_SERVICES, parse_critical_service
+
+    deployments = GroupResource("apps", "deployments")
+    state = MemoryState()
+    first = KubeObject(deployments, "team", "p", uid="u1", labels={"app": "x"})
+    state.upsert(first)
+    counted = state.writes(deployments, "team")
+    state.upsert(KubeObject(deployments, "team", "p", uid="u1", labels={"app": "x"}))
+    assert state.writes(deployments, "team") == counted and state.get(first.ref) is first
+    state.upsert(KubeObject(deployments, "team", "p", uid="u1", labels={"app": "y"}))
+    assert state.writes(deployments, "team") == counted + 1 and state.get(first.ref).labels["app"] == "y"
+
+    def service(labels: dict[str, str], name: str = "p") -> Any:
+        return parse_critical_service({"metadata": {"name": "cs", "uid": "u-cs", "labels": labels}, "spec": {
+            "provider": {"group": "apps", "resource": "deployments", "namespace": "team", "name": name},
+            "criteria": [{"type": "SpecificResource", "specificResource": {
+                "resource": "configmaps", "namespace": "team", "name": "c"}}]}})
+
+    cs = service({})
+    state.upsert_critical_service(cs)
+    counted = state.writes(CRITICAL_SERVICES, None)
+    state.upsert_critical_service(service({}))  # its conditions written
+    assert state.writes(CRITICAL_SERVICES, None) == counted and next(iter(state.critical_services())) is cs
+    state.upsert_critical_service(service({"team": "a"}))  # labels are not part of its equality: still a change
+    state.upsert_critical_service(service({"team": "a"}, name="q"))
+    assert state.writes(CRITICAL_SERVICES, None) == counted + 4  # each replacement: a removal and a store
+    assert next(iter(state.critical_services())).provider.name == "q"
