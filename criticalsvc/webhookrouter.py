@@ -110,6 +110,7 @@ class WebhookRouter:
         self._inputs: Any = None  # what the last desired() read, as one comparable value (`_inputs_now`)
         self._wanted: routing.Desired | None = None
         self._provider_types: list[GroupResource] = []
+        self._stamped: list[tuple[GroupResource, str]] = []  # where desired() read the providers' labels (_inputs_now)
         self._rounded: routing.Desired | None = None  # what the last round started from
         self.busy = 0.0  # seconds of the event loop the last round held (its computing, not its awaiting)
 
@@ -136,6 +137,7 @@ class WebhookRouter:
         # 0.1-0.2 s more, on the path of every new CriticalService to Enforcing.
         lookups: dict[GroupResource, ResourceType | None] = {}
         stamps: dict[tuple[GroupResource, str], Any] = {}
+        stamped: list[tuple[GroupResource, str]] = []  # each served provider type and namespace labels were read in
         needs: dict[routing.RouteKey, frozenset[routing.Route]] = {}
         types: dict[GroupResource, ResourceType] = {}
         kept: dict[str, _Remembered] = {}
@@ -152,6 +154,7 @@ class WebhookRouter:
                 stamp = stamps.get(where)
                 if stamp is None:
                     stamp = stamps[where] = (writes(t.group_resource, where[1]), shared)  # type: ignore[misc]
+                    stamped.append((t.group_resource, where[1]))
             known = self._routes.get(cs.name) if carried is None or counted else None
             if known is not None and (known.service is cs or known.service == cs) and \
                     (known.type is t or known.type == t) and known.stamp == stamp:
@@ -173,6 +176,7 @@ class WebhookRouter:
             wanted = routing.Desired(needs, types)
         self._routes, self._inputs, self._wanted = kept, inputs, wanted
         self._provider_types = sorted(lookups, key=str)
+        self._stamped = stamped
         return wanted
 
     def _inputs_now(self, state: Any) -> Any:
@@ -180,12 +184,13 @@ class WebhookRouter:
         writes = getattr(state, "writes", None)
         if not callable(writes) or self._wanted is None:
             return None
-        # A provider type as spelt (served or not yet: a CRD created later) and as served; the clock's RESYNC
-        # bucket for anything the counts miss.
-        served = sorted(self._wanted.types, key=str)
+        # A provider type as spelt (served or not yet: a CRD created later) and as served; the labels on providers
+        # only where the last desired() read them (its type in its namespace: a DELETE stream elsewhere, as of the
+        # unprotected Deployments of a busy cluster, leaves the round alone instead of walking every CriticalService
+        # once per event); the clock's RESYNC bucket for anything the counts miss.
         return (self.facts.labelled, writes(CRITICAL_SERVICES, None), writes(NAMESPACES, None), writes(CRDS, None),
-                tuple(writes(gr, None) for gr in served), tuple(self.mapper.lookup(gr) for gr in self._provider_types),
-                self.clock() // RESYNC)
+                tuple(writes(gr, ns) for gr, ns in self._stamped),
+                tuple(self.mapper.lookup(gr) for gr in self._provider_types), self.clock() // RESYNC)
 
     async def run(self, leading: Callable[[], bool]) -> None:
         while True:

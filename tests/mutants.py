@@ -122,6 +122,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("state-keeps-a-relabelled-critical-service", "criticalsvc/state.py",
            "        if old is not None and old == cs and old.labels == cs.labels:\n",
            "        if old is not None and old == cs:\n", ("tests/test_state.py",)),
+    # Its round is skipped only while no provider's labels were written where it read them.
+    Mutant("router-inputs-ignore-provider-labels", "criticalsvc/webhookrouter.py",
+           "                tuple(writes(gr, ns) for gr, ns in self._stamped),\n", "                (),\n",
+           ("tests/test_webhookrouter.py",)),
     # The router hands the last Desired back only while every CriticalService's routes are those of then.
     Mutant("router-reuses-a-changed-desired", "criticalsvc/webhookrouter.py",
            "        if same and len(kept) == len(self._routes) and self._wanted is not None",

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kubefakes import FakeAPI, eventually
 from test_routing import ROOT, WIDGET, WIDGETS
@@ -503,6 +503,7 @@ memo_steps = st.lists(st.one_of(
 
 @settings(max_examples=60, deadline=None)
 @given(memo_steps)
+@example([("labelled", "", True), ("service", "s", 0), ("label", "a", True), ("label", "a", False)])
 def test_the_remembered_routes_are_those_computed_afresh(steps: list[tuple[str, str, Any]]) -> None:
     """After any sequence of CriticalServices created, changed and deleted, providers labelled and unlabelled, and
     the shipped configuration routing the labels or not, the router's desired() (which reuses what did not change)
