@@ -130,6 +130,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("router-reuses-a-changed-desired", "criticalsvc/webhookrouter.py",
            "        if same and len(kept) == len(self._routes) and self._wanted is not None",
            "        if len(kept) == len(self._routes) and self._wanted is not None", ("tests/test_webhookrouter.py",)),
+    # ... and skips a round only while nothing was written where it reads the providers: a new member is labelled.
+    Mutant("labeller-skip-ignores-providers", "criticalsvc/labeller.py",
+           "                tuple(writes(gr, ns) for gr, ns in self._stamped),\n", "                (),\n",
+           ("tests/test_protection_labels.py",)),
     # ... and its union only while every CriticalService protects what it did: a provider created is labelled.
     Mutant("labeller-reuses-a-changed-union", "criticalsvc/labeller.py",
            "same = same and known is not None and known[2] == protected and known[0].uid == cs.uid",
