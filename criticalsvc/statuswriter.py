@@ -29,6 +29,7 @@ from .admission import AdmissionRequest
 from .api import (
     API_VERSION,
     CRDS,
+    CRITICAL_SERVICES,
     GROUP,
     KIND,
     NAMESPACES,
@@ -209,6 +210,8 @@ class StatusWriter:
         self._taken: dict[tuple[str, str], tuple[Any, Routing, Any]] = {}
         self._world: Any = None
         self._ats: dict[Any, Any] = {}  # each `_reads` value once: equal ones are the same object
+        self._pairs: tuple[Any, ...] | None = None  # every (type, namespace) in `_ats`, sorted (None: to work out)
+        self._deleters_changed = 0  # counts changes of `_deleters` (a pass reads them)
         self._needs: dict[tuple[str, str], Any] = {}  # ... and the routes its Ready needs live, with their inputs
 
     # --- status (leader only) ---------------------------------------------------------------------
@@ -228,7 +231,7 @@ class StatusWriter:
         if not self.source.ready:
             return 0
         state = self.source.state
-        services = sorted(state.critical_services(), key=lambda c: c.name)
+        services = list(state.critical_services())
         keys: dict[tuple[str, str], Any] = {}
         # Per pass, what every key shares: each type's count of writes and readability, the labeller's errors, and
         # (worked out once) each provider type's stamps and replay permissions.
@@ -238,8 +241,8 @@ class StatusWriter:
         facts = self.router.facts if self.router is not None else UNMANAGED
         grown: dict[int, bool] = {}  # per router facts a key was taken under: are today's those plus more live?
         if pending_only:
-            services = [cs for cs in services if (cs.name, cs.uid) in self._pending_keys
-                        or (cs.name, cs.uid) not in self._written]
+            services = sorted((cs for cs in services if (cs.name, cs.uid) in self._pending_keys
+                               or (cs.name, cs.uid) not in self._written), key=lambda c: c.name)
             inputs = None
         else:
             inputs = self._inputs(services, state)
@@ -248,6 +251,7 @@ class StatusWriter:
                 self.skipped += 1
                 return 0
             self._last_pass = time.monotonic()
+            services.sort(key=lambda c: c.name)
             present = {(cs.name, cs.uid) for cs in services}
             for kept in (self._written, self._deleters):
                 for gone in kept.keys() - present:
@@ -344,7 +348,7 @@ class StatusWriter:
             for gone in memo.keys() - keys.keys():
                 del memo[gone]
         if len(self._ats) > 2 * len(keys):  # where CriticalServices gone read
-            self._ats = {taken[2]: taken[2] for taken in self._taken.values()}
+            self._ats, self._pairs = {taken[2]: taken[2] for taken in self._taken.values()}, None
         if len(self._refresh) > 2 * len(keys):  # names of CriticalServices gone
             names = {name for name, _uid in keys}
             self._refresh = {name: v for name, v in self._refresh.items() if name in names}
@@ -368,7 +372,28 @@ class StatusWriter:
         refused = getattr(self.reader, "refused_changes", None)
         labels = tuple(sorted((str(k), v) for k, v in self.labeller.errors.items())) if self.labeller else None
         coverage = getattr(self.coverage, "changes", None)
-        return (changes, routing, refused, labels, [(cs.name, cs.uid) for cs in services], replay, coverage)
+        # Where the statuses read, by counts of writes, in place of every cache event (`changes`): an event elsewhere
+        # (an unprotected Deployment deleted, a CriticalService's own status written) then runs no pass over 10,000.
+        reads = self._reads_now(state, len(services))
+        if reads is not None:
+            return (reads, routing, refused, labels, None, replay, coverage, self._deleters_changed)
+        return (changes, routing, refused, labels, sorted((cs.name, cs.uid) for cs in services), replay, coverage,
+                self._deleters_changed)
+
+    def _reads_now(self, state: ClusterState, count: int) -> Any:
+        """Where every status written read, as counts of writes and readability (the CriticalServices, the REST
+        mapper, each type in each namespace a key was taken from: `_ats`); None when some CriticalService has no key
+        taken (any event may then change what it reads)."""
+        writes = getattr(state, "writes", None)
+        if len(self._taken) != count or not callable(writes):
+            return None
+        if self._pairs is None:
+            found = {(NAMESPACES, None), (CRDS, None)}
+            for at in self._ats:
+                found.update(p for p in (at[1], *at[2]) if p[0] is not None)
+            self._pairs = tuple(sorted(found, key=str))
+        return (writes(CRITICAL_SERVICES, None), getattr(getattr(self.router, "mapper", None), "generation", None),
+                tuple((writes(gr, ns), _readable(state, gr)) for gr, ns in self._pairs))
 
     def _key(self, cs: CriticalService, state: ClusterState, shared: dict[Any, Any]) -> Any:
         """What cs's status is computed from, as one comparable value; None when it cannot be told. The types it
@@ -435,7 +460,9 @@ class StatusWriter:
         self._keys[cs.name, cs.uid] = key
         if key is not None:  # with where its stamps were read, which holds as long as cs and the world do
             at = _reads(cs, key[0][1], key[0][2])
-            self._taken[cs.name, cs.uid] = (world, facts, self._ats.setdefault(at, at))
+            if at not in self._ats:
+                self._ats[at], self._pairs = at, None
+            self._taken[cs.name, cs.uid] = (world, facts, self._ats[at])
 
     def _still(self, cs: CriticalService, state: ClusterState, shared: dict[Any, Any], world: Any, facts: Routing,
                grown: dict[int, bool]) -> bool:
@@ -653,10 +680,13 @@ class StatusWriter:
                              else None)
         for service in decision.blocking:
             if request.operation == "DELETE":  # the last refused deleter counts; one without evidence clears it
+                key = (service, uids.get(service, ""))
+                if self._deleters.get(key) != deleter:
+                    self._deleters_changed += 1
                 if deleter is None:
-                    self._deleters.pop((service, uids.get(service, "")), None)
+                    self._deleters.pop(key, None)
                 else:
-                    self._deleters[service, uids.get(service, "")] = deleter
+                    self._deleters[key] = deleter
             event = self.recorder.denial(service=service, service_uid=uids.get(service, ""), target=request.ref,
                                          message=decision.message, now=self.clock(), user=request.username,
                                          operation=request.operation)

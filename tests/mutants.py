@@ -142,6 +142,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("status-key-ignores-writes", "criticalsvc/statuswriter.py",
            "                shared[gr, ns] = writes(gr, ns)\n",
            "                shared[gr, ns] = 0\n", ("tests/test_statuswriter.py",)),
+    # ... and skips a whole pass only while nothing was written where the statuses read.
+    Mutant("status-pass-skip-ignores-reads", "criticalsvc/statuswriter.py",
+           "                tuple((writes(gr, ns), _readable(state, gr)) for gr, ns in self._pairs))\n",
+           "                ())\n", ("tests/test_statuswriter.py",)),
     # ... and takes a key as standing, unworked, only when nothing it reads moved: not its types' writes, ...
     Mutant("status-shortcut-ignores-stamps", "criticalsvc/statuswriter.py",
            "        if stamps != base[3]:\n",
