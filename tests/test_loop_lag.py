@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
 from collections.abc import Callable
@@ -133,4 +134,29 @@ async def test_the_heap_is_frozen_again_once_the_caches_have_synced() -> None:
         assert await asyncio.wait_for(task, 10) is True
         assert gc.get_freeze_count() >= len(cached)
     finally:
+        gc.unfreeze()
+
+
+@pytest.mark.parametrize("slow", [0.0, 60.0])
+async def test_a_slow_full_collection_freezes_the_heap_again(slow: float) -> None:
+    """What is cached after the sync (10,000 CriticalServices created one by one) is walked by every full collection
+    until it is frozen too: after a full collection slower than `slow`, the heap is frozen again. The negative control
+    (no collection is that slow) freezes nothing."""
+    from criticalsvc.commands.serve import refreeze_after_slow_collections
+
+    gc.unfreeze()
+    task = asyncio.create_task(refreeze_after_slow_collections(slow=slow, every=0.0, check=0.05))
+    try:
+        cached = [{"object": i} for i in range(20000)]  # cached after the sync
+        await asyncio.sleep(0.01)
+        gc.collect()  # a full collection
+        await asyncio.sleep(0.2)
+        if slow == 0.0:
+            assert gc.get_freeze_count() >= len(cached)
+        else:
+            assert gc.get_freeze_count() == 0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
         gc.unfreeze()

@@ -302,6 +302,7 @@ async def _main(args: argparse.Namespace, *, listen: Any, ops_listen: Any, embed
             await cache.start()
             stack.push_async_callback(cache.stop)
             tasks.append(asyncio.create_task(freeze_heap_when_synced(cache), name="freeze-when-synced"))
+            tasks.append(asyncio.create_task(refreeze_after_slow_collections(), name="refreeze"))
             if not args.no_status:
                 from ..replayer import LiveReplayer
 
@@ -449,6 +450,41 @@ async def freeze_heap_when_synced(source: Any) -> bool:
         return False
     _freeze_startup_heap()
     return True
+
+
+async def refreeze_after_slow_collections(*, slow: float = 0.05, every: float = 60.0, check: float = 5.0) -> None:
+    """Until cancelled: when a full collection took longer than `slow`, freeze the heap again (at most once per
+    `every`). What is cached after the sync - 10,000 CriticalServices created one by one, their statuses, routes
+    and memos - is walked by every full collection: at 10,000 the leader's took 154 ms on average, 731 of them in
+    17 minutes (`criticalsvc_gc_pause_seconds`, `python -m benchmarks realcluster --services 10000`), each a stall
+    of every review and of the router's next round (issue 34: CREATE -> Enforcing). Frozen, they are walked no
+    more; acyclic garbage among them is still freed as it goes, and a collection before each freeze leaves no
+    cycle in what is frozen."""
+    import asyncio
+    import gc
+    import time
+
+    longest, started = [0.0], [0.0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            longest[0] = max(longest[0], time.perf_counter() - started[0])
+
+    gc.callbacks.append(timed)
+    last = time.monotonic()
+    try:
+        while True:
+            await asyncio.sleep(check)
+            if longest[0] > slow and time.monotonic() - last >= every:
+                _freeze_startup_heap()
+                last = time.monotonic()
+            longest[0] = 0.0
+    finally:
+        gc.callbacks.remove(timed)
 
 
 async def _serve(service: Service, *, before_drain: Callable[[], Awaitable[None]] | None = None,
