@@ -76,7 +76,9 @@ MUTANTS: tuple[Mutant, ...] = (
            '            if exc.code == 403 and "admission webhook" not in exc.message:\n',
            "            if exc.code == 403:\n", REPLAYER_TESTS),
     Mutant("condition-fail-open", "criticalsvc/condition.py",
-           "        return _error_text(str(exc) or type(exc).__name__)\n", "        return False\n",
+           "        result = exc\n    except Exception as exc:\n"
+           "        return _error_text(str(exc) or type(exc).__name__)\n",
+           "        result = exc\n    except Exception as exc:\n        return False\n",
            ("tests/test_condition.py",)),
     Mutant("updates-unreadable-before", "criticalsvc/updates.py",
            "    return before is None or before > 0\n", "    return before is not None and before > 0\n",

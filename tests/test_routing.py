@@ -80,6 +80,7 @@ from criticalsvc.webhookconfigurations import (
     render,
     render_all,
     same_configuration,
+    shard_in,
     shard_of,
 )
 
@@ -417,6 +418,18 @@ def selector_specs(draw: st.DrawFn) -> dict[str, Any]:
     if expressions:
         spec["matchExpressions"] = expressions
     return spec
+
+
+def test_a_shard_holding_several_namespaces_routes_a_delete_in_each() -> None:
+    """A shard's namespaceSelector names every namespace its routes are in ("app" and "team" share one): the API
+    server matches it before any condition, so a namespace left out would route nothing there."""
+    assert shard_in("app") == shard_in("team")
+    config = rendered(service("a", CONFIGMAPS, namespace="app"), service("b", CONFIGMAPS, namespace="team"))
+    for namespace in ("app", "team"):
+        old = {"metadata": {"name": "p", "namespace": namespace}}
+        request = AdmissionRequest(uid="u", group_resource=CONFIGMAPS, operation="DELETE", name="p",
+                                   namespace=namespace, object=None, old_object=old)
+        assert DELETE_WEBHOOK in api_server_sends(config, request, types=mapper()), namespace
 
 
 @settings(max_examples=150)
