@@ -19,7 +19,8 @@ from criticalsvc.api import NAMESPACES, GroupResource, ObjectRef
 from criticalsvc.cache import Backoff, CacheState, KubeTransport
 from criticalsvc.decision import Rule, allow, decide
 from criticalsvc.errors import StateUnavailable
-from criticalsvc.live import LiveReader, LiveReadFailed, LiveState
+from criticalsvc.live import LiveReader
+from criticalsvc.livestate import LiveReadFailed, LiveState
 from criticalsvc.restmapper import RESTMapper
 from criticalsvc.server import Webhook
 
