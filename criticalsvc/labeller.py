@@ -140,7 +140,7 @@ class Labeller:
             except StateUnavailable:
                 same = readable = False
                 continue  # that CriticalService's types cannot be read now; the others are labelled
-        labelled = tuple(writes(gr, None) for gr in sorted(self._types, key=str)) if callable(writes) else None
+        labelled = inputs[4] if inputs is not None else None  # the labelled types' counts of writes
         if same and len(protects) == len(self._protects) and self._wanted is not None and labelled is not None:
             # Nothing any CriticalService protects changed (the CriticalServices' own writes are mostly their status):
             # the union of 10,000 and the check of each object's labels are last round's while no label was written.
@@ -157,7 +157,6 @@ class Labeller:
         self._stamped = [(stamp[0] or where[0], where[1]) for where, stamp in stamps.items()]
         self._inputs = inputs if readable else None
         self._types |= {ref.group_resource for ref in want}
-        labelled = tuple(writes(gr, None) for gr in sorted(self._types, key=str)) if callable(writes) else None
         self._wanted = (want, adds, labelled)
         removes: Mapping[ObjectRef, frozenset[str]] = {}
         if names != self._services or self.clock() >= self._next_sweep:
